@@ -1,0 +1,1 @@
+"""sharedos-redis."""

@@ -1,0 +1,1 @@
+"""The host-neutral SharedOS kernel port. Imports NO redis and NO arq."""

@@ -1,0 +1,312 @@
+"""The contract base class, scalar wire types and the one parse entry point.
+
+Owns: ``Contract`` (strict, frozen, camelCase on the wire), Identifier, Purpose,
+Action, PathSegment, Timestamp, JsonValue/JsonObject, ``parse_wire``. Imports
+nothing of ours but ``errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta, timezone
+from functools import lru_cache
+from typing import Annotated, Any, Final, Literal, Self, TypeVar, cast
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    Strict,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from ...errors import ContractError, UnsupportedProtocolVersion
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "PROTOCOL_VERSION",
+    "Action",
+    "Contract",
+    "Identifier",
+    "JsonObject",
+    "JsonValue",
+    "Lax",
+    "PathSegment",
+    "Purpose",
+    "Timestamp",
+    "Versioned",
+    "format_timestamp",
+    "parse_json",
+    "parse_wire",
+    "timestamp_ms",
+    "to_wire",
+]
+
+PROTOCOL_VERSION: Final = "2"
+MAX_JSON_DEPTH: Final = 64
+"""Deepest nesting a JSON value may have (a deviation: SharedOS sets none)."""
+
+T = TypeVar("T")
+
+Identifier = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
+Purpose = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=512)]
+Action = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
+Lax = Strict(False)
+"""Marker for sequence fields: accept a JSON array (list) for a tuple; items stay strict."""
+
+_SEGMENT_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def _check_segment(value: str) -> str:
+    if not 1 <= len(value) <= 256:
+        raise PydanticCustomError("path_segment", "path segments have 1 to 256 characters")
+    if value != value.strip():
+        raise PydanticCustomError("path_segment", "path segments must not be padded")
+    if value in (".", "..") or _SEGMENT_FORBIDDEN.search(value):
+        raise PydanticCustomError(
+            "path_segment",
+            "path segments must not be traversal markers or contain separators or control chars",
+        )
+    return value
+
+
+PathSegment = Annotated[str, AfterValidator(_check_segment)]
+
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
+    r"(Z|[+-]\d{2}:?\d{2})"
+)
+
+
+def _parse_rfc3339(value: str) -> datetime:
+    match = _TIMESTAMP.fullmatch(value)
+    if match is None:
+        raise ValueError("not an RFC 3339 timestamp")
+    year, month, day, hour, minute = (int(match.group(i)) for i in range(1, 6))
+    second = int(match.group(6) or 0)
+    frac = (match.group(7) or "0")[:3].ljust(3, "0")  # millisecond precision
+    zone = match.group(8)
+    if zone == "Z":
+        tz: timezone = UTC
+    else:
+        digits = zone[1:].replace(":", "")
+        hours, minutes = int(digits[:2]), int(digits[2:])
+        if hours > 23 or minutes > 59:
+            raise ValueError("offset out of range")
+        sign = 1 if zone[0] == "+" else -1
+        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    # datetime() rejects impossible dates (2026-02-30), hours > 23, minutes/seconds > 59.
+    return datetime(year, month, day, hour, minute, second, int(frac) * 1000, tzinfo=tz)
+
+
+def _check_timestamp(value: str) -> str:
+    try:
+        _parse_rfc3339(value)
+    except ValueError as exc:
+        raise PydanticCustomError("timestamp", "invalid RFC 3339 timestamp: {why}",
+                                  {"why": str(exc)}) from None
+    return value
+
+
+Timestamp = Annotated[str, Strict(), AfterValidator(_check_timestamp)]
+"""An RFC 3339 timestamp kept as the string it arrived as (JSON-safe, round-trips)."""
+
+
+def timestamp_ms(value: str) -> int:
+    """Milliseconds since the epoch of a valid RFC 3339 timestamp.
+
+    Raises:
+        ValueError: when ``value`` is not a valid timestamp.
+    """
+    return int(_parse_rfc3339(value).timestamp() * 1000)
+
+
+def format_timestamp(moment: datetime | None = None) -> str:
+    """Format ``moment`` (default: now) as RFC 3339 UTC with milliseconds."""
+    moment = (moment or datetime.now(UTC)).astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _check_json(value: object) -> Any:
+    """Walk a JSON value iteratively: finite numbers, str keys, bounded depth."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, str | bool | int):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise PydanticCustomError("json_value", "NaN and Infinity are not JSON")
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            raise PydanticCustomError("json_depth", "JSON nested deeper than {limit}",
+                                      {"limit": MAX_JSON_DEPTH})
+        if isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise PydanticCustomError("json_value", "JSON object keys are strings")
+                stack.append((child, depth + 1))
+        else:
+            raise PydanticCustomError("json_value", "not a JSON value: {kind}",
+                                      {"kind": type(item).__name__})
+    return value
+
+
+def _check_json_object(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PydanticCustomError("json_object", "expected a JSON object")
+    return cast(dict[str, Any], _check_json(value))
+
+
+JsonValue = Annotated[Any, PlainValidator(_check_json)]
+JsonObject = Annotated[dict[str, Any], PlainValidator(_check_json_object)]
+
+
+class Contract(BaseModel):
+    """Base of every wire model: strict, frozen, unknown keys rejected, camelCase aliases.
+
+    Parse untrusted input with :meth:`from_wire` / :meth:`from_json` (they raise
+    :class:`~sharedos_redis.errors.ContractError`), produce the wire form with
+    :meth:`to_wire` / :meth:`to_json`. Absent optional fields are omitted.
+    """
+
+    model_config = ConfigDict(
+        frozen=True,
+        strict=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        hide_input_in_errors=True,
+        cache_strings="keys",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = cast(dict[str, Any], handler(self))
+        for name, field in type(self).model_fields.items():
+            if not field.is_required() and getattr(self, name) is None:
+                data.pop(field.alias or name, None)
+                data.pop(name, None)
+        return data
+
+    @classmethod
+    def from_wire(cls, data: object) -> Self:
+        """Parse a decoded JSON object (camelCase keys only).
+
+        Raises:
+            UnsupportedProtocolVersion: a versioned object's version is missing or not "2".
+            ContractError: anything else is wrong.
+        """
+        return parse_wire(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Self:
+        """Parse JSON text; see :meth:`from_wire`."""
+        return parse_json(cls, text)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-compatible wire form (camelCase, absent optionals omitted)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_json(self) -> str:
+        """The wire form as compact JSON text."""
+        return self.model_dump_json(by_alias=True)
+
+
+class Versioned(Contract):
+    """A contract stamped with the wire epoch; a wrong version is its own error."""
+
+    version: Literal["2"] = PROTOCOL_VERSION
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_version(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, Mapping):
+            wire = bool(info.context and info.context.get("wire"))
+            if ("version" in data or wire) and data.get("version") != PROTOCOL_VERSION:
+                raise PydanticCustomError(
+                    "unsupported_protocol_version", "unsupported protocol version"
+                )
+        return data
+
+
+@lru_cache(maxsize=None)
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(tp)
+
+
+def _model_name(tp: Any) -> str:
+    return str(getattr(tp, "__name__", None) or getattr(tp, "__origin__", tp))
+
+
+def _translate(tp: Any, exc: ValidationError, data: object) -> ContractError:
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    name = _model_name(tp)
+    for error in errors:
+        if error["type"] == "unsupported_protocol_version":
+            version = data.get("version") if isinstance(data, Mapping) else None
+            return UnsupportedProtocolVersion(name, version)
+    return ContractError(name, [{"loc": e["loc"], "type": e["type"], "msg": e["msg"]}
+                                for e in errors])
+
+
+def parse_wire(tp: type[T] | Any, data: object) -> T:
+    """Validate a decoded JSON value as ``tp`` (a Contract or a union alias).
+
+    Raises:
+        UnsupportedProtocolVersion: a versioned object's version is missing or wrong.
+        ContractError: the value does not satisfy the contract.
+    """
+    if isinstance(tp, type) and issubclass(tp, Versioned) and not (
+        isinstance(data, Mapping) and data.get("version") == PROTOCOL_VERSION
+    ):
+        raise UnsupportedProtocolVersion(tp.__name__,
+                                         data.get("version") if isinstance(data, Mapping) else None)
+    try:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return cast(T, tp.model_validate(data, by_alias=True, by_name=False,
+                                             context={"wire": True}))
+        return cast(T, _adapter(tp).validate_python(data, by_alias=True, by_name=False,
+                                                    context={"wire": True}))
+    except ValidationError as exc:
+        raise _translate(tp, exc, data) from None
+    except RecursionError:  # pragma: no cover - depth is bounded before this can happen
+        raise ContractError(_model_name(tp), [{"loc": (), "type": "json_depth",
+                                               "msg": "nested too deeply"}]) from None
+
+
+def parse_json(tp: type[T] | Any, text: str | bytes) -> T:
+    """Decode JSON text and validate it as ``tp``; see :func:`parse_wire`.
+
+    Raises:
+        ContractError: the text is not JSON or the value does not satisfy the contract.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ContractError(_model_name(tp), [{"loc": (), "type": "json_invalid",
+                                               "msg": f"not JSON: {type(exc).__name__}"}]) from None
+    return parse_wire(tp, data)
+
+
+def to_wire(value: Any) -> Any:
+    """The wire form of a contract or of a union member (see :meth:`Contract.to_wire`)."""
+    if isinstance(value, Contract):
+        return value.to_wire()
+    return _adapter(type(value)).dump_python(value, mode="json", by_alias=True)

@@ -1,0 +1,86 @@
+"""The kernel's host ports (``typing.Protocol``); adapters never inherit them.
+
+Imports no I/O library. Cancellation is anyio's: a port call that is cancelled
+raises the backend's cancellation exception and must leave no partial effect
+that a retry could not reconcile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from .contracts import (
+    AccessContext,
+    Address,
+    AuditEvent,
+    CapabilityGrant,
+    MessageDeliveryResult,
+    MessageEnvelope,
+)
+
+__all__ = [
+    "AuditSink",
+    "GrantSource",
+    "GrantUsageStore",
+    "MessageRequestRouter",
+    "MessageTransport",
+]
+
+
+class GrantSource(Protocol):
+    """The host's trusted grants of (namespace, actor, authority)."""
+
+    async def grants_for(
+        self, namespace_id: str, actor: Address, authority: Address, /
+    ) -> Sequence[CapabilityGrant]:
+        """Return the grants; raise anything to make the kernel fail closed."""
+        ...
+
+
+class GrantUsageStore(Protocol):
+    """Atomic use counters for grants with ``maxUses``."""
+
+    async def consume(self, namespace_id: str, grant_id: str, max_uses: int, /) -> bool:
+        """Spend one use if fewer than ``max_uses`` were spent; True when spent."""
+        ...
+
+    async def used(self, namespace_id: str, grant_id: str, /) -> int:
+        """How many uses were spent (discovery checks ``used < max_uses``)."""
+        ...
+
+
+class AuditSink(Protocol):
+    """Append-only audit storage; ``record`` raises when the record was not written."""
+
+    async def record(self, event: AuditEvent, /) -> None:
+        """Durably append one event."""
+        ...
+
+
+class MessageTransport(Protocol):
+    """Delivers an already-authorized envelope; the receipt keeps the trusted id."""
+
+    async def deliver(
+        self, context: AccessContext, envelope: MessageEnvelope, /
+    ) -> MessageDeliveryResult:
+        """Accept or deliver ``envelope``; a dead route is ``denied`` with the host's code."""
+        ...
+
+
+class MessageRequestRouter(Protocol):
+    """Resolves the durable reply to an accepted request."""
+
+    async def resolve_reply(
+        self,
+        context: AccessContext,
+        request: MessageEnvelope,
+        receipt: MessageDeliveryResult,
+        /,
+    ) -> MessageEnvelope:
+        """Wait for the first settled reply whose replyTo is ``request.id``.
+
+        Raises:
+            RequestOutcomeError: the request ended without a reply (typed ``code``).
+        """
+        ...

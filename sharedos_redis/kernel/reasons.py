@@ -1,0 +1,86 @@
+"""The closed vocabulary of reason codes (SharedOS's plus the Redis host's).
+
+A code says *what* was refused or failed; audit ``cause`` says which situation
+a coarse code stood for. Never invent a code outside this module.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+__all__ = [
+    "AUTHORIZATION_REASONS",
+    "HOST_REASONS",
+    "MESSAGING_REASONS",
+    "REASON_CODES",
+    "TURN_REASONS",
+    "AuthorizationReason",
+    "ReasonCode",
+]
+
+AuthorizationReason = Literal[
+    "allowed",
+    "no_matching_grant",
+    "grant_exhausted",
+    "usage_store_unavailable",
+    "invalid_context",
+    "invalid_request",
+    "authority_unavailable",
+    "audit_unavailable",
+    "delegation_chain_invalid",
+    "delegation_chain_unverified",
+    "host_policy_denied",
+]
+
+MessagingReason = Literal[
+    "unsupported_protocol_version",
+    "message_context_mismatch",
+    "message_transport_not_configured",
+    "message_delivery_failed",
+    "invalid_message_receipt",
+    "trace_mismatch",
+    "tool_unavailable",
+    "invalid_tool_arguments",
+    "tool_failed",
+    "message_request_not_accepted",
+    "message_reply_resolution_failed",
+    "invalid_message_reply",
+]
+
+TurnReason = Literal[
+    "actor_mismatch",
+    "receiver_mismatch",
+    "tool_call_limit_exceeded",
+    "step_limit_exceeded",
+    "runtime_failed",
+    "invalid_runtime_outcome",
+    "turn_cancelled",
+]
+
+HostReason = Literal[
+    # accept
+    "duplicate_message",
+    "budget_exhausted",
+    "payload_too_large",
+    "store_unavailable",
+    # reply settlement
+    "unknown_request",
+    "request_closed",
+    "reply_mismatch",
+    # request outcomes (what a waiting requester is told)
+    "request_timed_out",
+    "request_cancelled",
+    "request_dead_lettered",
+    "recipient_unknown",
+    "recipient_turn_denied",
+    "recipient_turn_failed",
+    "recipient_turn_cancelled",
+]
+
+ReasonCode = AuthorizationReason | MessagingReason | TurnReason | HostReason
+
+AUTHORIZATION_REASONS: Final = frozenset(AuthorizationReason.__args__)
+MESSAGING_REASONS: Final = frozenset(MessagingReason.__args__)
+TURN_REASONS: Final = frozenset(TurnReason.__args__)
+HOST_REASONS: Final = frozenset(HostReason.__args__)
+REASON_CODES: Final = AUTHORIZATION_REASONS | MESSAGING_REASONS | TURN_REASONS | HOST_REASONS

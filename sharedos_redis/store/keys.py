@@ -1,0 +1,137 @@
+"""Every Redis key and channel of sharedos-redis, formatted in one place.
+
+All keys of one namespace share the hash tag ``{<ns>}`` so one Lua script can
+touch them atomically and a Redis Cluster keeps a namespace on one slot.
+Identifiers are percent-encoded (UTF-8, only ``A-Za-z0-9-._~`` kept) so no id
+containing ``{``, ``}``, ``:``, ``*``, ``%``, spaces or anything else can name
+another key: the encoding is injective and its output never holds ``{``, ``}``
+or ``:``.
+
+Key (type) — owner — lifetime:
+
+- ``sos:{ns}:msg:<id>`` (hash) — transport/router/worker — the request: its
+  envelope and its pending marker (see ``MARKER_FIELDS``). PEXPIREAT deadline +
+  grace while open; PEXPIRE ``retention`` once terminal. Holds the reply or the
+  failure code once settled.
+- ``sos:{ns}:outbox`` (stream, consumer group ``relay``) — transport/relay —
+  one entry ``{id}`` per accepted request; XACK + XDEL once dispatched, so it
+  only ever holds undispatched entries.
+- ``sos:{ns}:open`` (sorted set, score = deadline ms) — every non-terminal
+  request; the reconciler expires from it, ``pending()`` lists from it.
+- ``sos:{ns}:leases`` (sorted set, score = lease expiry ms) — running turns.
+- ``sos:{ns}:settled`` (stream, MAXLEN ~) — one entry per settlement
+  ``{id, state, result}``; the per-process reply listener reads it.
+- ``sos:{ns}:budget:<trace>`` (string int) — hops left for a trace; PEXPIRE
+  ``budget_ttl``.
+- ``sos:{ns}:grants:<subject kind>:<subject id>`` (hash grant id → grant JSON) — grant store.
+- ``sos:{ns}:usage`` (hash grant id → uses spent) — usage store.
+- ``sos:{ns}:audit`` (stream, MAXLEN ~) — audit sink.
+- ``sos:{ns}:dead`` (stream, MAXLEN ~) — dead letters ``{id, reason, at}``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import quote, unquote
+
+__all__ = [
+    "MARKER_FIELDS",
+    "OPEN_STATES",
+    "RELAY_GROUP",
+    "STATES",
+    "TERMINAL_STATES",
+    "Keys",
+    "decode_id",
+    "encode_id",
+]
+
+RELAY_GROUP: Final = "relay"
+
+STATES: Final = ("accepted", "dispatched", "running", "replied", "failed", "timed_out",
+                 "cancelled", "dead")
+OPEN_STATES: Final = frozenset({"accepted", "dispatched", "running"})
+TERMINAL_STATES: Final = frozenset(STATES) - OPEN_STATES
+
+MARKER_FIELDS: Final = (
+    "env",       # the request envelope, wire JSON
+    "ctx",       # the requester's AccessContext, wire JSON (for attribution of host events)
+    "state",     # one of STATES
+    "from",      # requester address, "<kind>:<encoded id>"
+    "to",        # recipient address, "<kind>:<encoded id>"
+    "purpose",   # the request purpose
+    "trace",     # the trace id
+    "created",   # accept time, ms since epoch
+    "deadline",  # ms since epoch
+    "attempts",  # turns started so far
+    "updated",   # last transition, ms
+    "lease",     # running: lease expiry, ms
+    "reply",     # replied: the reply envelope, wire JSON
+    "code",      # failed/timed_out/cancelled/dead: the reason code
+)
+
+
+def encode_id(value: str) -> str:
+    """Percent-encode an identifier for use inside a key (injective, no ``{}:``)."""
+    return quote(value, safe="-._~")
+
+
+def decode_id(value: str) -> str:
+    """Inverse of :func:`encode_id`."""
+    return unquote(value)
+
+
+class Keys:
+    """The keys of one namespace. Cheap to build; build one per namespace and reuse it."""
+
+    __slots__ = ("namespace", "prefix")
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.prefix = f"sos:{{{encode_id(namespace)}}}:"
+
+    def message(self, message_id: str) -> str:
+        """Hash: the request envelope and its pending marker."""
+        return f"{self.prefix}msg:{encode_id(message_id)}"
+
+    @property
+    def outbox(self) -> str:
+        """Stream: accepted, not yet dispatched requests."""
+        return f"{self.prefix}outbox"
+
+    @property
+    def open(self) -> str:
+        """Sorted set: open requests by deadline."""
+        return f"{self.prefix}open"
+
+    @property
+    def leases(self) -> str:
+        """Sorted set: running turns by lease expiry."""
+        return f"{self.prefix}leases"
+
+    @property
+    def settled(self) -> str:
+        """Stream: settlements, read by reply listeners."""
+        return f"{self.prefix}settled"
+
+    def budget(self, trace_id: str) -> str:
+        """String: hops left for one trace."""
+        return f"{self.prefix}budget:{encode_id(trace_id)}"
+
+    def grants(self, subject_kind: str, subject_id: str) -> str:
+        """Hash: grant id → grant JSON for one subject."""
+        return f"{self.prefix}grants:{encode_id(subject_kind)}:{encode_id(subject_id)}"
+
+    @property
+    def usage(self) -> str:
+        """Hash: grant id → uses spent."""
+        return f"{self.prefix}usage"
+
+    @property
+    def audit(self) -> str:
+        """Stream: the namespace's audit records."""
+        return f"{self.prefix}audit"
+
+    @property
+    def dead(self) -> str:
+        """Stream: dead letters."""
+        return f"{self.prefix}dead"

@@ -1,0 +1,70 @@
+"""Shared fixtures: the anyio backend and one Redis fixture over fakeredis and real Redis.
+
+Every Redis test gets a fresh namespace (``ns``) and must delete what it
+creates; nothing here ever runs FLUSHALL/FLUSHDB on a shared server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+
+RedisFactory = Callable[[], Awaitable[Redis]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # redis-py's asyncio client and arq need asyncio.
+    return "asyncio"
+
+
+@pytest.fixture
+def ns() -> str:
+    """A namespace no other test (or process) uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.real_redis)])
+async def redis_factory(request: pytest.FixtureRequest) -> AsyncIterator[RedisFactory]:
+    """Make clients that share one backend: one FakeServer, or the server at REDIS_URL.
+
+    Clients use ``decode_responses=False`` like arq's pool; code must decode itself.
+    """
+    clients: list[Redis] = []
+    if request.param == "fake":
+        server = fakeredis.FakeServer()
+
+        async def make() -> Redis:
+            client: Redis = fakeredis.FakeAsyncRedis(server=server)
+            clients.append(client)
+            return client
+    else:
+        url = os.environ.get("REDIS_URL")
+        if not url:
+            pytest.skip("REDIS_URL is not set")
+
+        async def make() -> Redis:
+            client = Redis.from_url(url)
+            clients.append(client)
+            return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+@pytest.fixture
+async def redis(redis_factory: RedisFactory) -> Redis:
+    """One client on the parametrised backend."""
+    return await redis_factory()
+
+
+@pytest.fixture
+def backend(redis_factory: RedisFactory, request: pytest.FixtureRequest) -> str:
+    """``"fake"`` or ``"real"``: which backend this test runs on."""
+    return "real" if "real" in request.node.callspec.id.split("-") else "fake"
