@@ -1,0 +1,56 @@
+"""Loads the Lua scripts in ``store/lua/`` once and calls them by name.
+
+Each ``lua/<verb_noun>.lua`` file opens with its KEYS/ARGV/return contract.
+redis-py's ``AsyncScript`` sends EVALSHA and reloads on NOSCRIPT, so a server
+restart or SCRIPT FLUSH is handled. Redis errors are translated here to
+:class:`~sharedos_redis.errors.StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from ..errors import StoreUnavailable
+
+__all__ = ["Scripts", "lua_source"]
+
+
+@cache
+def lua_source(name: str) -> str:
+    """The text of ``store/lua/<name>.lua``."""
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+class Scripts:
+    """The registered scripts of one Redis client."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._scripts: dict[str, AsyncScript] = {}
+
+    def _script(self, name: str) -> AsyncScript:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._redis.register_script(lua_source(name))
+            self._scripts[name] = script
+        return script
+
+    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run script ``name`` atomically.
+
+        Raises:
+            StoreUnavailable: Redis failed or could not be reached.
+        """
+        try:
+            return await self._script(name)(keys=list(keys), args=list(args))
+        except RedisError as exc:
+            raise StoreUnavailable(name, f"{type(exc).__name__}: {exc}") from exc
+        except OSError as exc:
+            raise StoreUnavailable(name, f"{type(exc).__name__}: {exc}") from exc
