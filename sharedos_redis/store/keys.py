@@ -41,6 +41,7 @@ __all__ = [
     "STATES",
     "TERMINAL_STATES",
     "Keys",
+    "address_tag",
     "decode_id",
     "encode_id",
 ]
@@ -78,6 +79,11 @@ def encode_id(value: str) -> str:
 def decode_id(value: str) -> str:
     """Inverse of :func:`encode_id`."""
     return unquote(value)
+
+
+def address_tag(kind: str, ident: str) -> str:
+    """The marker's ``from``/``to`` form of an address: ``"<kind>:<encoded id>"``."""
+    return f"{kind}:{encode_id(ident)}"
 
 
 class Keys:
