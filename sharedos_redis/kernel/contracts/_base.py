@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
-from functools import lru_cache
+from functools import cache
 from typing import Annotated, Any, Final, Literal, Self, TypeVar, cast
 
 from pydantic import (
@@ -86,7 +86,8 @@ PathSegment = Annotated[str, AfterValidator(_check_segment)]
 
 _TIMESTAMP = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
-    r"(Z|[+-]\d{2}:?\d{2})"
+    r"(Z|[+-]\d{2}:?\d{2})",
+    re.ASCII,  # \d must not match non-ASCII digits such as U+FF12
 )
 
 
@@ -124,13 +125,18 @@ Timestamp = Annotated[str, Strict(), AfterValidator(_check_timestamp)]
 """An RFC 3339 timestamp kept as the string it arrived as (JSON-safe, round-trips)."""
 
 
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS: Final = timedelta(milliseconds=1)
+
+
 def timestamp_ms(value: str) -> int:
     """Milliseconds since the epoch of a valid RFC 3339 timestamp.
 
     Raises:
         ValueError: when ``value`` is not a valid timestamp.
     """
-    return int(_parse_rfc3339(value).timestamp() * 1000)
+    # Integer arithmetic: float ``timestamp() * 1000`` truncates some values 1 ms low.
+    return (_parse_rfc3339(value) - _EPOCH) // _ONE_MS
 
 
 def format_timestamp(moment: datetime | None = None) -> str:
@@ -246,7 +252,7 @@ class Versioned(Contract):
         return data
 
 
-@lru_cache(maxsize=None)
+@cache
 def _adapter(tp: Any) -> TypeAdapter[Any]:
     return TypeAdapter(tp)
 
@@ -302,11 +308,13 @@ def parse_json(tp: type[T] | Any, text: str | bytes) -> T:
     except (ValueError, RecursionError) as exc:
         raise ContractError(_model_name(tp), [{"loc": (), "type": "json_invalid",
                                                "msg": f"not JSON: {type(exc).__name__}"}]) from None
-    return parse_wire(tp, data)
+    parsed: T = parse_wire(tp, data)
+    return parsed
 
 
 def to_wire(value: Any) -> Any:
     """The wire form of a contract or of a union member (see :meth:`Contract.to_wire`)."""
     if isinstance(value, Contract):
         return value.to_wire()
-    return _adapter(type(value)).dump_python(value, mode="json", by_alias=True)
+    kind: Any = type(value)
+    return _adapter(kind).dump_python(value, mode="json", by_alias=True)

@@ -83,7 +83,9 @@ def _recipient_id(value: str) -> str:
             "recipient_id", "recipient identifiers must not be empty or padded with whitespace"
         )
     if len(value) > 256:
-        raise PydanticCustomError("recipient_id", "recipient identifiers have at most 256 code points")
+        raise PydanticCustomError(
+            "recipient_id", "recipient identifiers have at most 256 code points"
+        )
     return value
 
 

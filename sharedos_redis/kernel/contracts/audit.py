@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from ._base import Action, Identifier, JsonObject, Purpose, Timestamp, Versioned
 from .address import Address
@@ -33,7 +33,7 @@ AuditEventType = Literal[
     "request.redriven",
     "budget.set",
 ]
-AUDIT_EVENT_TYPES: frozenset[str] = frozenset(AuditEventType.__args__)
+AUDIT_EVENT_TYPES: frozenset[str] = frozenset(get_args(AuditEventType))
 AuditOutcome = Literal["allowed", "denied", "succeeded", "failed"]
 
 

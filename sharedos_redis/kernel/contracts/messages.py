@@ -7,7 +7,14 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ._base import Contract, Identifier, JsonObject, JsonValue, Lax, Purpose, Timestamp, Versioned
-from .address import Address, AgentAddress, GroupAddress, HumanAddress, RecipientAddress, ServiceAddress
+from .address import (
+    Address,
+    AgentAddress,
+    GroupAddress,
+    HumanAddress,
+    RecipientAddress,
+    ServiceAddress,
+)
 
 __all__ = [
     "DeliveryAccepted",

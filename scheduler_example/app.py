@@ -1,0 +1,145 @@
+"""The example host: agents, their policy, grants issued by a human owner, one file tool.
+
+This is the shape of a real host: one :class:`MessagingHost` per namespace,
+agents with their runtime and authority/owner policy, grants in the Redis
+grant store, tools registered once and authorized per actor on every call.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+
+from sharedos_redis.kernel.contracts import (
+    AccessContext,
+    Capability,
+    CapabilityConstraints,
+    CapabilityGrant,
+    CapabilityRequirement,
+    JsonValue,
+    ResourceRef,
+    ToolCall,
+    ToolDefinition,
+    agent,
+    format_timestamp,
+    human,
+)
+from sharedos_redis.worker.host import AgentSpec, MessagingHost
+from sharedos_redis.worker.settings import HostSettings
+
+from .runtimes import Alice, Bob, Carol, Eve, PingPong
+from .transcript import Transcript
+
+__all__ = ["NAMESPACE", "OWNER", "build_host", "host", "issue_grants"]
+
+NAMESPACE = "scheduler-example"
+OWNER = human("olivia")
+"""The human who owns every agent here and issues their grants."""
+
+FILES_READ = ToolDefinition(
+    name="files.read", description="Read a file of the Atlas project.", namespace="files",
+    source="native", read_write="read",
+    input_schema={"type": "object", "properties": {"path": {"type": "string"}},
+                  "required": ["path"], "additionalProperties": False},
+    required_capability=CapabilityRequirement(
+        resource=ResourceRef(namespace="files", path=("projects", "atlas")), action="read"),
+)
+
+
+async def read_atlas_file(context: AccessContext, call: ToolCall) -> JsonValue:
+    """The ``files.read`` handler; it runs only after the kernel authorized the call."""
+    name = str(call.arguments.get("path", ""))
+    if name != "atlas.md":
+        return {"error": "no such file"}
+    text = resources.files("scheduler_example").joinpath("data", name).read_text("utf-8")
+    return {"path": name, "text": text.strip().splitlines()[-1]}
+
+
+def _agents(transcript: Transcript) -> dict[str, AgentSpec]:
+    def spec(runtime: Any, *namespaces: str) -> AgentSpec:
+        return AgentSpec(runtime=runtime, authority=OWNER, owner=OWNER,
+                         tool_namespaces=("messages", *namespaces))
+
+    return {
+        "bob": spec(Bob(transcript)),
+        "alice": spec(Alice(transcript), "files"),
+        "carol": spec(Carol()),
+        "eve": spec(Eve(transcript)),
+        "ping": spec(PingPong("ping", "pong", transcript)),
+        "pong": spec(PingPong("pong", "ping", transcript)),
+    }
+
+
+def build_host(redis: Redis, *, transcript: Transcript | None = None,
+               redis_url: str | None = None, namespace: str = NAMESPACE) -> MessagingHost:
+    """The example's host on ``redis``."""
+    settings = HostSettings(request_timeout_s=20, turn_timeout_s=15, lease_s=5,
+                            default_budget_hops=8)
+    built = MessagingHost(redis, namespace=namespace, agents=_agents(transcript or Transcript()),
+                          settings=settings, redis_url=redis_url)
+    built.register_tool(FILES_READ, read_atlas_file)
+    return built
+
+
+def host() -> MessagingHost:
+    """The host a separate worker loads: ``sharedos-redis worker --app scheduler_example:host``.
+
+    Reads ``SHAREDOS_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) and
+    ``SHAREDOS_NAMESPACE`` (default ``scheduler-example``).
+    """
+    url = os.environ.get("SHAREDOS_REDIS_URL", "redis://127.0.0.1:6379/0")
+    namespace = os.environ.get("SHAREDOS_NAMESPACE", NAMESPACE)
+    from sharedos_redis.store.client import RedisSettings, create_redis
+
+    return build_host(create_redis(RedisSettings(url=url)), redis_url=url, namespace=namespace,
+                      transcript=Transcript(echo=False))
+
+
+def _grant(grant_id: str, namespace: str, subject: str, resource: ResourceRef,
+           actions: tuple[str, ...], issued: datetime, **constraints: Any) -> CapabilityGrant:
+    return CapabilityGrant(
+        id=grant_id, namespace_id=namespace, subject=agent(subject), issuer=OWNER,
+        capabilities=(Capability(resource=resource, actions=actions, scope="exact"),),
+        constraints=CapabilityConstraints(**constraints), issued_at=format_timestamp(issued))
+
+
+def _send(to: str) -> ResourceRef:
+    return ResourceRef(namespace="sharedos.messaging", path=("agent", to))
+
+
+def _invoke(who: str) -> ResourceRef:
+    return ResourceRef(namespace="sharedos.execution", path=("agent", who))
+
+
+async def issue_grants(built: MessagingHost, *, run_id: str, carol_uses: int = 2) -> None:
+    """Olivia's grants for this run (ids carry ``run_id`` so use counters start fresh).
+
+    bob may ask alice about Atlas status; alice may read the Atlas files and consult
+    carol ``carol_uses`` times; everyone may run their own turns; ping and pong may
+    ask each other (their loop is stopped by the trace budget); eve gets nothing
+    towards alice. Every grant expires in an hour.
+    """
+    now = datetime.now(UTC) - timedelta(seconds=1)
+    ns, expires = built.namespace, format_timestamp(now + timedelta(hours=1))
+    grants = [
+        _grant(f"{run_id}-bob-asks-alice", ns, "bob", _send("alice"), ("send",), now,
+               purposes=("atlas-status",), expires_at=expires),
+        _grant(f"{run_id}-alice-reads-atlas", ns, "alice",
+               ResourceRef(namespace="files", path=("projects", "atlas")), ("read",), now,
+               purposes=("atlas-status",), expires_at=expires),
+        _grant(f"{run_id}-alice-asks-carol", ns, "alice", _send("carol"), ("send",), now,
+               expires_at=expires, max_uses=carol_uses),
+        _grant(f"{run_id}-ping-asks-pong", ns, "ping", _send("pong"), ("send",), now,
+               expires_at=expires),
+        _grant(f"{run_id}-pong-asks-ping", ns, "pong", _send("ping"), ("send",), now,
+               expires_at=expires),
+    ]
+    for who in ("bob", "alice", "carol", "eve", "ping", "pong"):
+        grants.append(_grant(f"{run_id}-{who}-runs", ns, who, _invoke(who), ("invoke",), now,
+                             expires_at=expires))
+    for grant in grants:
+        await built.grant_store.put(grant)

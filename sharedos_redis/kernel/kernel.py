@@ -1,0 +1,194 @@
+"""The kernel: tool catalog and invocation, host-authored messaging, turn admission.
+
+Owns :class:`Kernel`. A tool is usable only when it is registered, its tool
+namespace is enabled in the context, and its capability is allowed for the
+context's actor; discovery checks without consuming, invocation consumes
+exactly once. Every decision and outcome is audited. Imports no I/O library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import ContractError
+from .audit import audit_event
+from .authorizer import CapabilityAuthorizer
+from .contracts import (
+    AccessContext,
+    AgentAddress,
+    AuthorizationDecision,
+    JsonValue,
+    MessageDeliveryResult,
+    MessageEnvelope,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    format_timestamp,
+    parse_wire,
+)
+from .ids import new_id
+from .messaging import (
+    MESSAGES_REQUEST,
+    MESSAGES_REQUEST_TOOL,
+    MessageService,
+    invoke_requirement,
+)
+from .ports import AuditSink, GrantSource, GrantUsageStore, MessageRequestRouter, MessageTransport
+from .tools import (
+    ToolHandler,
+    ToolOutcome,
+    ToolRegistry,
+    record_outcome,
+    tool_denied,
+    tool_failed,
+    tool_succeeded,
+)
+
+__all__ = ["Kernel", "utc_now"]
+
+
+def utc_now() -> datetime:
+    """The default host clock: the current time in UTC."""
+    return datetime.now(UTC)
+
+
+class Kernel:
+    """The SharedOS kernel of one host.
+
+    Args:
+        grants: the host's trusted grant source.
+        audit: the append-only audit sink.
+        usage: atomic use counters for ``maxUses`` grants (None fails those closed).
+        transport: the delivery path for messages (needed by send and messages.request).
+        router: resolves replies (``messages.request`` is offered only with both).
+        message_ids: the trusted message id factory (never a tool-call id).
+        clock: the host clock for timestamps the kernel writes.
+
+    Attributes:
+        authorizer: the :class:`CapabilityAuthorizer` every decision goes through.
+        audit: the audit sink.
+        clock: the host clock.
+    """
+
+    def __init__(self, *, grants: GrantSource, audit: AuditSink,
+                 usage: GrantUsageStore | None = None,
+                 transport: MessageTransport | None = None,
+                 router: MessageRequestRouter | None = None,
+                 message_ids: Callable[[], str] = new_id,
+                 clock: Callable[[], datetime] = utc_now) -> None:
+        self.authorizer = CapabilityAuthorizer(grants, usage, audit)
+        self.audit = audit
+        self.clock = clock
+        self._tools = ToolRegistry(reserved=frozenset({MESSAGES_REQUEST}))
+        self._messaging = MessageService(authorizer=self.authorizer, audit=audit,
+                                         transport=transport, router=router,
+                                         message_ids=message_ids, clock=clock)
+
+    def _now(self) -> str:
+        return format_timestamp(self.clock())
+
+    def register_tool(self, definition: ToolDefinition, handler: ToolHandler) -> None:
+        """Register a host tool.
+
+        Raises:
+            ConfigurationError: the name is taken or is the reserved ``messages.request``.
+        """
+        self._tools.register(definition, handler)
+
+    async def list_tools(self, context: AccessContext) -> list[ToolDefinition]:
+        """The tools usable in ``context``; checks without consuming any use.
+
+        ``messages.request`` is listed only when a transport and a router are
+        configured, ``messages`` is enabled and some grant reaches
+        ``sharedos.messaging``/send.
+        """
+        enabled = set(context.enabled_tool_namespaces)
+        tools: list[ToolDefinition] = []
+        for definition in self._tools.definitions():
+            if definition.namespace not in enabled:
+                continue
+            decision = await self.authorizer.check(context, definition.required_capability)
+            if decision.allowed:
+                tools.append(definition)
+        if await self._messaging.request_unavailable(context) is None:
+            tools.append(MESSAGES_REQUEST_TOOL)
+        await record_outcome(self.audit, audit_event(
+            context, "tool.catalog.listed", "succeeded", at=self._now(),
+            metadata={"count": len(tools)}))
+        return tools
+
+    async def invoke_tool(self, context: AccessContext,
+                          call: ToolCall | Mapping[str, Any]) -> ToolResult:
+        """Invoke one tool call in ``context``; refusals and failures are results.
+
+        Raises:
+            ContractError: ``call`` is a mapping that is not a valid ToolCall.
+        """
+        if not isinstance(call, ToolCall):
+            call = ToolCall.from_wire(call)
+        if call.trace_id != context.trace_id:
+            outcome = ToolOutcome(tool_denied(call, self._now(), "trace_mismatch"))
+        elif call.tool == MESSAGES_REQUEST:
+            outcome = await self._messaging.request(context, call)
+        else:
+            outcome = await self._invoke_registered(context, call)
+        await self._audit_invoked(context, call, outcome)
+        return outcome.result
+
+    async def _invoke_registered(self, context: AccessContext, call: ToolCall) -> ToolOutcome:
+        entry = self._tools.get(call.tool)
+        if entry is None:
+            return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"),
+                               cause="not_registered")
+        definition, handler = entry
+        if definition.namespace not in context.enabled_tool_namespaces:
+            return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"),
+                               cause="namespace_disabled")
+        decision = await self.authorizer.consume(context, definition.required_capability,
+                                                 operation_id=call.id)
+        if not decision.allowed:
+            return ToolOutcome(tool_denied(call, self._now(), decision.reason_code))
+        try:
+            output: object = await handler(context, call)
+        except Exception as exc:  # the text never reaches the caller; cancellation propagates
+            return ToolOutcome(tool_failed(call, self._now(), "tool_failed"),
+                               cause=type(exc).__name__)
+        try:
+            checked: JsonValue = parse_wire(JsonValue, output)
+        except ContractError:
+            return ToolOutcome(tool_failed(call, self._now(), "tool_failed"),
+                               cause="invalid_tool_output")
+        return ToolOutcome(tool_succeeded(call, self._now(), checked))
+
+    async def _audit_invoked(self, context: AccessContext, call: ToolCall,
+                             outcome: ToolOutcome) -> None:
+        result = outcome.result
+        error = getattr(result, "error", None)
+        await record_outcome(self.audit, audit_event(
+            context, "tool.invoked", result.status, at=self._now(), tool=call.tool,
+            operation_id=call.id, reason=error.code if error is not None else None,
+            cause=outcome.cause, message_id=outcome.message_id, receiver=outcome.receiver))
+
+    async def send_message(self, context: AccessContext,
+                           envelope: MessageEnvelope | Mapping[str, Any]) -> MessageDeliveryResult:
+        """Deliver a host-authored envelope (SPEC §3 send_message).
+
+        The sender must be the context's actor and purpose/traceId the
+        context's (else ``denied`` ``message_context_mismatch``); the send
+        requirement is consumed once. A ``denied`` receipt is never upgraded.
+
+        Raises:
+            ContractError: the envelope is malformed (nothing audited or delivered).
+        """
+        return await self._messaging.send(context, envelope)
+
+    async def admit_turn(self, context: AccessContext,
+                         agent: AgentAddress) -> AuthorizationDecision:
+        """Consume ``sharedos.execution``/invoke on ``["agent", id]`` for a turn of ``agent``."""
+        try:
+            requirement = invoke_requirement(context, agent)
+        except ContractError:
+            return AuthorizationDecision(allowed=False, reason_code="invalid_request")
+        return await self.authorizer.consume(context, requirement)

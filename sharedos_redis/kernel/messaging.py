@@ -1,0 +1,333 @@
+"""Messaging: host-authored ``send_message`` and the built-in ``messages.request`` tool.
+
+Owns the built-in requirements (``sharedos.messaging``/send,
+``sharedos.execution``/invoke), the ``messages.request`` definition and
+:class:`MessageService`, which the :class:`~sharedos_redis.kernel.kernel.Kernel`
+delegates to. A message carries data and one host-bound purpose, never
+authority: every trusted envelope field comes from the :class:`AccessContext`
+and the host's id factory, never from the model. Imports no I/O library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from ..errors import ContractError, RequestOutcomeError
+from .audit import audit_event
+from .authorizer import CapabilityAuthorizer
+from .contracts import (
+    AccessContext,
+    Address,
+    AgentAddress,
+    AuditOutcome,
+    CapabilityRequirement,
+    DeliveryAccepted,
+    DeliveryDelivered,
+    DeliveryDenied,
+    DeliveryFailed,
+    MessageDeliveryResult,
+    MessageEnvelope,
+    MessageRequestArguments,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    format_timestamp,
+    parse_wire,
+)
+from .ports import AuditSink, MessageRequestRouter, MessageTransport
+from .tools import (
+    ToolOutcome,
+    protocol_error,
+    record_outcome,
+    tool_denied,
+    tool_failed,
+    tool_succeeded,
+)
+
+__all__ = [
+    "EXECUTION_NAMESPACE",
+    "MESSAGES_REQUEST",
+    "MESSAGES_REQUEST_TOOL",
+    "MESSAGES_TOOL_NAMESPACE",
+    "MESSAGING_NAMESPACE",
+    "MessageService",
+    "invoke_requirement",
+    "messaging_requirement",
+]
+
+MESSAGING_NAMESPACE: Final = "sharedos.messaging"
+EXECUTION_NAMESPACE: Final = "sharedos.execution"
+MESSAGES_TOOL_NAMESPACE: Final = "messages"
+MESSAGES_REQUEST: Final = "messages.request"
+
+MESSAGES_REQUEST_TOOL: Final = ToolDefinition.from_wire({
+    "name": MESSAGES_REQUEST,
+    "description": "Send a request message to one recipient and return the payload of its reply.",
+    "namespace": MESSAGES_TOOL_NAMESPACE,
+    "source": "sharedos",
+    "readWrite": "write",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "recipient": {"type": "object", "description": "An address: {kind, <kind>Id}."},
+            "payload": {"description": "Any JSON value."},
+        },
+        "required": ["recipient", "payload"],
+        "additionalProperties": False,
+    },
+    # The real requirement is recipient-scoped (see messaging_requirement); this
+    # placeholder only names the capability family for catalogs.
+    "requiredCapability": {"resource": {"namespace": MESSAGING_NAMESPACE, "path": []},
+                           "action": "send"},
+    "annotations": {"readOnly": False, "destructive": False, "idempotent": False},
+})
+"""The ``messages.request`` tool (namespace ``messages``, readWrite ``write``)."""
+
+_ACCEPTED: Final = (DeliveryAccepted, DeliveryDelivered)
+_RECEIPTS: Final = (DeliveryAccepted, DeliveryDelivered, DeliveryDenied, DeliveryFailed)
+
+
+def messaging_requirement(context: AccessContext, recipient: Address) -> CapabilityRequirement:
+    """``{sharedos.messaging, [kind, id], owner=context.owner}`` with action ``send``.
+
+    Raises:
+        ContractError: the recipient id cannot be a path segment (e.g. it holds ``/``).
+    """
+    return CapabilityRequirement.from_wire({
+        "resource": {"namespace": MESSAGING_NAMESPACE, "path": [recipient.kind, recipient.id],
+                     "owner": context.owner.to_wire()},
+        "action": "send",
+    })
+
+
+def invoke_requirement(context: AccessContext, agent: AgentAddress) -> CapabilityRequirement:
+    """``{sharedos.execution, ["agent", id], owner=context.owner}`` with action ``invoke``.
+
+    Raises:
+        ContractError: the agent id cannot be a path segment.
+    """
+    return CapabilityRequirement.from_wire({
+        "resource": {"namespace": EXECUTION_NAMESPACE, "path": ["agent", agent.agent_id],
+                     "owner": context.owner.to_wire()},
+        "action": "invoke",
+    })
+
+
+def _delivery_outcome(receipt: MessageDeliveryResult) -> AuditOutcome:
+    if isinstance(receipt, _ACCEPTED):
+        return "succeeded"
+    return "denied" if isinstance(receipt, DeliveryDenied) else "failed"
+
+
+def _checked_receipt(raw: object, envelope: MessageEnvelope, at: str) -> MessageDeliveryResult:
+    """The transport's receipt if it is valid and names ``envelope``; else a failed one."""
+    receipt: MessageDeliveryResult | None = None
+    try:
+        wire = raw.to_wire() if isinstance(raw, _RECEIPTS) else raw
+        if isinstance(wire, Mapping):
+            receipt = parse_wire(MessageDeliveryResult, wire)
+    except Exception:  # a hand-built receipt may not even serialise; it is just invalid
+        receipt = None
+    if receipt is None or receipt.message_id != envelope.id:
+        return DeliveryFailed(message_id=envelope.id, timestamp=at,
+                              error=protocol_error("invalid_message_receipt"))
+    return receipt
+
+
+class MessageService:
+    """Sends host-authored messages and runs the ``messages.request`` tool.
+
+    Args:
+        authorizer: decides and consumes the recipient-scoped send requirement.
+        audit: where ``message.sent`` records go.
+        transport: the already-authorized delivery path, if configured.
+        router: resolves replies to accepted requests, if configured.
+        message_ids: the trusted id factory for request envelopes.
+        clock: the host clock (timestamps of envelopes, receipts, results).
+    """
+
+    def __init__(self, *, authorizer: CapabilityAuthorizer, audit: AuditSink,
+                 transport: MessageTransport | None, router: MessageRequestRouter | None,
+                 message_ids: Callable[[], str], clock: Callable[[], datetime]) -> None:
+        self._authorizer, self._audit = authorizer, audit
+        self._transport, self._router = transport, router
+        self._message_ids, self._clock = message_ids, clock
+
+    @property
+    def request_configured(self) -> bool:
+        """True when both a transport and a router are configured."""
+        return self._transport is not None and self._router is not None
+
+    async def request_unavailable(self, context: AccessContext) -> str | None:
+        """Why ``messages.request`` is unusable in ``context`` (a cause), or None.
+
+        Discovery only: never consumes.
+        """
+        if not self.request_configured:
+            return "not_configured"
+        if MESSAGES_TOOL_NAMESPACE not in context.enabled_tool_namespaces:
+            return "namespace_disabled"
+        if not await self._authorizer.can_reach(context, MESSAGING_NAMESPACE, "send"):
+            return "not_discoverable"
+        return None
+
+    def _now(self) -> str:
+        return format_timestamp(self._clock())
+
+    async def send(self, context: AccessContext,
+                   envelope: MessageEnvelope | Mapping[str, Any]) -> MessageDeliveryResult:
+        """Deliver a host-authored envelope after consuming the send requirement once.
+
+        Raises:
+            ContractError: the envelope is malformed (nothing audited or delivered).
+        """
+        if not isinstance(envelope, MessageEnvelope):
+            envelope = MessageEnvelope.from_wire(envelope)
+        code = self._context_refusal(context, envelope)
+        if code is None and self._transport is None:
+            receipt: MessageDeliveryResult = DeliveryFailed(
+                message_id=envelope.id, timestamp=self._now(),
+                error=protocol_error("message_transport_not_configured"))
+            await self._audit_sent(context, envelope, receipt)
+            return receipt
+        if code is None:
+            code = await self._consume_send(context, envelope)
+        if code is not None:
+            receipt = DeliveryDenied(message_id=envelope.id, timestamp=self._now(),
+                                     error=protocol_error(code))
+            await self._audit_sent(context, envelope, receipt)
+            return receipt
+        return await self._deliver(context, envelope)
+
+    @staticmethod
+    def _context_refusal(context: AccessContext, envelope: MessageEnvelope) -> str | None:
+        if (envelope.sender.to_wire() != context.actor.to_wire()
+                or envelope.purpose != context.purpose or envelope.trace_id != context.trace_id):
+            return "message_context_mismatch"
+        return None
+
+    async def _consume_send(self, context: AccessContext, envelope: MessageEnvelope) -> str | None:
+        """Consume the recipient-scoped send requirement; the refusal code, or None."""
+        try:
+            requirement = messaging_requirement(context, envelope.receiver)
+        except ContractError:
+            return "invalid_request"
+        decision = await self._authorizer.consume(context, requirement, operation_id=envelope.id)
+        return None if decision.allowed else decision.reason_code
+
+    async def _deliver(self, context: AccessContext,
+                       envelope: MessageEnvelope) -> MessageDeliveryResult:
+        """The already-authorized path: hand ``envelope`` to the transport, audit the receipt."""
+        if self._transport is None:
+            receipt: MessageDeliveryResult = DeliveryFailed(
+                message_id=envelope.id, timestamp=self._now(),
+                error=protocol_error("message_transport_not_configured"))
+        else:
+            try:
+                raw: object = await self._transport.deliver(context, envelope)
+            except Exception:  # its text never reaches the caller; cancellation propagates
+                receipt = DeliveryFailed(message_id=envelope.id, timestamp=self._now(),
+                                         error=protocol_error("message_delivery_failed"))
+            else:
+                receipt = _checked_receipt(raw, envelope, self._now())
+        await self._audit_sent(context, envelope, receipt)
+        return receipt
+
+    async def _audit_sent(self, context: AccessContext, envelope: MessageEnvelope,
+                          receipt: MessageDeliveryResult) -> None:
+        reason = getattr(receipt, "error", None)
+        await record_outcome(self._audit, audit_event(
+            context, "message.sent", _delivery_outcome(receipt),
+            at=self._now(), message_id=envelope.id, receiver=envelope.receiver,
+            action="send", reason=reason.code if reason is not None else None))
+
+    async def request(self, context: AccessContext, call: ToolCall) -> ToolOutcome:
+        """Run ``messages.request`` for ``call`` (its traceId was already checked).
+
+        Returns:
+            The tool result and its audit fields; never raises for a refusal.
+        """
+        cause = await self.request_unavailable(context)
+        if cause is not None:
+            return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"), cause=cause)
+        try:
+            arguments = MessageRequestArguments.from_wire(call.arguments)
+            recipient = arguments.recipient_address()
+            messaging_requirement(context, recipient)
+        except ContractError as exc:
+            details = {"errors": [{"loc": [str(p) for p in e.get("loc", ())],
+                                   "type": str(e.get("type", ""))} for e in exc.errors[:8]]}
+            return ToolOutcome(tool_failed(call, self._now(), "invalid_tool_arguments", details),
+                               cause="invalid_arguments")
+        envelope = self._trusted_envelope(context, recipient, arguments)
+        return await self._send_request(context, call, envelope)
+
+    def _trusted_envelope(self, context: AccessContext, recipient: Address,
+                          arguments: MessageRequestArguments) -> MessageEnvelope:
+        """The request envelope: every field but receiver and payload is the host's."""
+        return MessageEnvelope.from_wire({
+            "version": "2", "id": self._message_ids(), "sender": context.actor.to_wire(),
+            "receiver": recipient.to_wire(), "purpose": context.purpose,
+            "payload": arguments.payload, "traceId": context.trace_id,
+            "createdAt": self._now(),
+        })
+
+    async def _send_request(self, context: AccessContext, call: ToolCall,
+                            envelope: MessageEnvelope) -> ToolOutcome:
+        result, cause = await self._request_reply(context, call, envelope)
+        return ToolOutcome(result, cause=cause, message_id=envelope.id,
+                           receiver=envelope.receiver)
+
+    async def _request_reply(self, context: AccessContext, call: ToolCall,
+                             envelope: MessageEnvelope) -> tuple[ToolResult, str | None]:
+        """Steps 5-9 of SPEC §3: consume once, deliver, resolve, validate the reply."""
+        code = await self._consume_send(context, envelope)
+        if code is not None:
+            denied = DeliveryDenied(message_id=envelope.id, timestamp=self._now(),
+                                    error=protocol_error(code))
+            await self._audit_sent(context, envelope, denied)
+            return tool_denied(call, self._now(), code), None
+        receipt = await self._deliver(context, envelope)
+        if isinstance(receipt, DeliveryDenied | DeliveryFailed):
+            details = {"status": receipt.status, "code": receipt.error.code}
+            return (tool_failed(call, self._now(), "message_request_not_accepted", details),
+                    receipt.error.code)
+        router = self._router
+        if router is None:  # request_unavailable() already refused this; kept for the types
+            return tool_denied(call, self._now(), "tool_unavailable"), "not_configured"
+        try:
+            raw_reply: object = await router.resolve_reply(context, envelope, receipt)
+        except RequestOutcomeError as exc:
+            return tool_failed(call, self._now(), "message_reply_resolution_failed",
+                               {"outcome": exc.code}), exc.code
+        except Exception as exc:  # its text never reaches the caller; cancellation propagates
+            return (tool_failed(call, self._now(), "message_reply_resolution_failed"),
+                    type(exc).__name__)
+        reply, problem = _check_reply(envelope, raw_reply)
+        if reply is None:
+            return tool_failed(call, self._now(), "invalid_message_reply"), problem
+        return tool_succeeded(call, self._now(), reply.payload,
+                              {"messageId": envelope.id, "replyId": reply.id}), None
+
+
+def _check_reply(request: MessageEnvelope, raw: object) -> tuple[MessageEnvelope | None, str]:
+    """Strict reply validation; the reply, or None and the (audit-only) problem."""
+    if not isinstance(raw, MessageEnvelope):
+        return None, "reply_not_an_envelope"
+    try:  # re-validate: a hand-built instance (model_construct) skipped validation
+        reply = MessageEnvelope.from_wire(raw.to_wire())
+    except Exception:
+        return None, "reply_malformed"
+    checks = (
+        (reply.reply_to == request.id, "reply_to_mismatch"),
+        (reply.sender.to_wire() == request.receiver.to_wire(), "reply_sender_mismatch"),
+        (reply.receiver.to_wire() == request.sender.to_wire(), "reply_receiver_mismatch"),
+        (reply.purpose == request.purpose, "reply_purpose_mismatch"),
+        (reply.trace_id == request.trace_id, "reply_trace_mismatch"),
+    )
+    for ok, problem in checks:
+        if not ok:
+            return None, problem
+    return reply, "ok"

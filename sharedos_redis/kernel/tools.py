@@ -1,0 +1,167 @@
+"""Tool handlers, the tool registry and the builders of tool results.
+
+Owns: :data:`ToolHandler`, :class:`ToolRegistry`, ``tool_succeeded`` /
+``tool_denied`` / ``tool_failed``, ``protocol_error`` and ``record_outcome``
+(the after-effect audit write). Imports no I/O library.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+from .contracts import (
+    AccessContext,
+    Address,
+    AuditEvent,
+    JsonValue,
+    ProtocolError,
+    ToolCall,
+    ToolDefinition,
+    ToolDenied,
+    ToolFailed,
+    ToolResult,
+    ToolSucceeded,
+)
+from .ports import AuditSink
+
+__all__ = [
+    "ERROR_MESSAGES",
+    "ToolHandler",
+    "ToolOutcome",
+    "ToolRegistry",
+    "protocol_error",
+    "record_outcome",
+    "tool_denied",
+    "tool_failed",
+    "tool_succeeded",
+]
+
+_log = logging.getLogger(__name__)
+
+ToolHandler = Callable[[AccessContext, ToolCall], Awaitable[JsonValue]]
+"""A host tool: receives the trusted context and the call, returns JSON output.
+
+Raising makes the call ``failed`` with ``tool_failed``; the exception text never
+reaches the caller.
+"""
+
+ERROR_MESSAGES: dict[str, str] = {
+    "trace_mismatch": "the tool call's traceId does not match the turn",
+    "tool_unavailable": "the tool is not available",
+    "invalid_tool_arguments": "the tool arguments do not satisfy the tool's schema",
+    "tool_failed": "the tool failed",
+    "message_context_mismatch": "the message does not match the acting context",
+    "message_transport_not_configured": "no message transport is configured",
+    "message_delivery_failed": "the message could not be delivered",
+    "invalid_message_receipt": "the transport returned an invalid receipt",
+    "message_request_not_accepted": "the message request was not accepted",
+    "message_reply_resolution_failed": "no reply could be obtained for the message request",
+    "invalid_message_reply": "the reply does not answer the message request",
+    "tool_call_limit_exceeded": "the turn's tool call limit was reached",
+    "step_limit_exceeded": "the turn's step limit was reached",
+    "actor_mismatch": "the acting context is not the executing agent",
+    "receiver_mismatch": "the message is not addressed to the executing agent",
+    "runtime_failed": "the runtime failed",
+    "invalid_runtime_outcome": "the runtime returned a value that is not JSON",
+    "turn_cancelled": "the turn was cancelled",
+    "audit_unavailable": "the audit record could not be written",
+}
+
+
+def protocol_error(code: str, details: Mapping[str, Any] | None = None) -> ProtocolError:
+    """A :class:`ProtocolError` with ``code`` and a fixed, input-free message."""
+    message = ERROR_MESSAGES.get(code, f"refused: {code}")
+    return ProtocolError(code=code, message=message,
+                         details=dict(details) if details is not None else None)
+
+
+def tool_succeeded(call: ToolCall, at: str, output: JsonValue,
+                   metadata: Mapping[str, Any] | None = None) -> ToolSucceeded:
+    """A ``succeeded`` result for ``call``."""
+    return ToolSucceeded(call_id=call.id, tool=call.tool, completed_at=at, output=output,
+                         metadata=dict(metadata) if metadata is not None else None)
+
+
+def tool_denied(call: ToolCall, at: str, code: str,
+                details: Mapping[str, Any] | None = None) -> ToolDenied:
+    """A ``denied`` result for ``call`` (refused before the tool ran)."""
+    return ToolDenied(call_id=call.id, tool=call.tool, completed_at=at,
+                      error=protocol_error(code, details))
+
+
+def tool_failed(call: ToolCall, at: str, code: str,
+                details: Mapping[str, Any] | None = None) -> ToolFailed:
+    """A ``failed`` result for ``call`` (admitted, but it did not succeed)."""
+    return ToolFailed(call_id=call.id, tool=call.tool, completed_at=at,
+                      error=protocol_error(code, details))
+
+
+async def record_outcome(audit: AuditSink, event: AuditEvent) -> bool:
+    """Write an after-effect (or refusal) audit record; never raises on sink failure.
+
+    The effect it describes has already happened (or was refused), so turning
+    the result into a failure would mislead the caller into retrying; the
+    before-effect record is the authorizer's, and that one fails closed.
+
+    Returns:
+        True when the record was written.
+    """
+    try:
+        await audit.record(event)
+    except Exception as exc:  # the sink may raise anything; cancellation still propagates
+        _log.warning("audit record %s (%s) not written: %s", event.id, event.type,
+                     type(exc).__name__)
+        return False
+    return True
+
+
+class ToolRegistry:
+    """Registered tools by name; one definition and one handler per name."""
+
+    def __init__(self, reserved: frozenset[str] = frozenset()) -> None:
+        self._reserved = reserved
+        self._tools: dict[str, tuple[ToolDefinition, ToolHandler]] = {}
+
+    def register(self, definition: ToolDefinition, handler: ToolHandler) -> None:
+        """Add a tool.
+
+        Raises:
+            ConfigurationError: the name is reserved or already registered.
+        """
+        if definition.name in self._reserved:
+            raise ConfigurationError(f"tool name {definition.name!r} is reserved")
+        if definition.name in self._tools:
+            raise ConfigurationError(f"tool {definition.name!r} is already registered")
+        self._tools[definition.name] = (definition, handler)
+
+    def get(self, name: str) -> tuple[ToolDefinition, ToolHandler] | None:
+        """The definition and handler registered under ``name``, if any."""
+        return self._tools.get(name)
+
+    def definitions(self) -> list[ToolDefinition]:
+        """Every registered definition, in registration order."""
+        return [definition for definition, _ in self._tools.values()]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool result plus what its ``tool.invoked`` audit record should say.
+
+    ``cause`` names the real situation behind a coarse code (audit only, never
+    returned to the caller).
+    """
+
+    result: ToolResult
+    cause: str | None = None
+    message_id: str | None = None
+    receiver: Address | None = None

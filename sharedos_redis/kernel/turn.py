@@ -1,0 +1,201 @@
+"""The recipient turn (SPEC §4): :class:`TurnExecutor`, plus the runtime-facing names.
+
+``execute`` parses the request strictly, refuses a turn whose context is not
+the executing agent's (``actor_mismatch``), whose message is not addressed to
+it (``receiver_mismatch``) or does not carry the context's purpose and trace
+(``message_context_mismatch``), then consumes ``sharedos.execution``/invoke.
+A refused turn never starts its runtime. An admitted turn offers the kernel's
+permission-filtered tools that the request names, runs the runtime under the
+turn's deadline and returns an :class:`ExecutionResult` with its events.
+Imports no I/O library.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import anyio
+
+from ..errors import ContractError
+from .audit import audit_event
+from .contracts import (
+    AuditOutcome,
+    ExecutionCancelled,
+    ExecutionDenied,
+    ExecutionFailed,
+    ExecutionRequest,
+    ExecutionResult,
+    ExecutionSucceeded,
+    JsonValue,
+    ToolDefinition,
+    format_timestamp,
+    parse_wire,
+)
+from .ids import new_id
+from .kernel import Kernel
+from .runtime_host import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_TIMEOUT_MS,
+    EventLog,
+    RuntimeHost,
+    RuntimePlugin,
+    TurnHost,
+    TurnLimits,
+    TurnRequest,
+)
+from .tools import protocol_error, record_outcome
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_TIMEOUT_MS",
+    "RuntimeHost",
+    "RuntimePlugin",
+    "TurnExecutor",
+    "TurnHost",
+    "TurnLimits",
+    "TurnRequest",
+]
+
+_AUDIT_OUTCOME: dict[str, AuditOutcome] = {
+    "succeeded": "succeeded", "denied": "denied", "failed": "failed", "cancelled": "failed",
+}
+
+
+def _envelope_refusal(request: ExecutionRequest) -> str | None:
+    """SPEC §4 steps 1-3: the first mismatch between context, agent and message."""
+    context, message, agent = request.context, request.message, request.agent.to_wire()
+    if context.actor.to_wire() != agent:
+        return "actor_mismatch"
+    if message.receiver.to_wire() != agent:
+        return "receiver_mismatch"
+    if message.trace_id != context.trace_id or message.purpose != context.purpose:
+        return "message_context_mismatch"
+    return None
+
+
+class TurnExecutor:
+    """Runs one agent's turns through a :class:`RuntimePlugin`.
+
+    Args:
+        kernel: admission and every tool call go through it.
+        runtime: the agent's turn logic.
+        clock: the host clock (defaults to the kernel's).
+        ids: id factory for events and host-built tool calls.
+    """
+
+    def __init__(self, kernel: Kernel, runtime: RuntimePlugin, *,
+                 clock: Callable[[], datetime] | None = None,
+                 ids: Callable[[], str] = new_id) -> None:
+        self._kernel, self._runtime = kernel, runtime
+        self._clock = clock or kernel.clock
+        self._ids = ids
+
+    def _now(self) -> str:
+        return format_timestamp(self._clock())
+
+    async def execute(self, request: ExecutionRequest | Mapping[str, Any], *,
+                      attempt: int = 1) -> ExecutionResult:
+        """Admit and run one turn; every refusal or failure is a result.
+
+        Args:
+            request: the turn (a mapping is parsed strictly from the wire).
+            attempt: 1 on the first run; higher only when re-run after a crash.
+
+        Raises:
+            ContractError: the request is malformed (UnsupportedProtocolVersion first).
+        """
+        if not isinstance(request, ExecutionRequest):
+            request = ExecutionRequest.from_wire(request)
+        started = self._now()
+        log = EventLog(request.execution_id, request.context.trace_id, self._ids, self._clock)
+        code = _envelope_refusal(request)
+        if code is None:
+            decision = await self._kernel.admit_turn(request.context, request.agent)
+            code = None if decision.allowed else decision.reason_code
+        if code is not None:
+            log.append("turn.denied", {"code": code})
+            await self._audit(request, "turn.denied", "denied", code)
+            return ExecutionDenied(**self._common(request, log, started),
+                                   error=protocol_error(code))
+        try:
+            await self._kernel.audit.record(audit_event(
+                request.context, "turn.admitted", "allowed", at=self._now(),
+                receiver=request.agent, message_id=request.message.id,
+                operation_id=request.execution_id))
+        except Exception:  # before-effect record missing: the runtime is not started
+            return await self._end(request, log, started, "failed", "audit_unavailable")
+        return await self._run(request, log, started, attempt)
+
+    def _common(self, request: ExecutionRequest, log: EventLog, started: str) -> dict[str, Any]:
+        return {"execution_id": request.execution_id, "trace_id": request.context.trace_id,
+                "events": tuple(log.events), "started_at": started, "completed_at": self._now()}
+
+    async def _offered(self, request: ExecutionRequest) -> tuple[ToolDefinition, ...]:
+        """The kernel's usable tools whose names the request lists (the kernel's definitions)."""
+        wanted = {tool.name for tool in request.tools}
+        usable = await self._kernel.list_tools(request.context)
+        return tuple(tool for tool in usable if tool.name in wanted)
+
+    async def _run(self, request: ExecutionRequest, log: EventLog, started: str,
+                   attempt: int) -> ExecutionResult:
+        """Run an admitted turn; a host cancellation is audited, then propagates."""
+        try:
+            return await self._run_admitted(request, log, started, attempt)
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(1, shield=True):
+                await self._audit(request, "turn.ended", "cancelled", "turn_cancelled")
+            raise
+
+    async def _run_admitted(self, request: ExecutionRequest, log: EventLog, started: str,
+                            attempt: int) -> ExecutionResult:
+        limits = TurnLimits.from_options(request.options)
+        output: object = None
+        runtime_failed = False
+        with anyio.move_on_after(limits.timeout_ms / 1000) as deadline:
+            tools = await self._offered(request)
+            host = TurnHost(self._kernel, request.context, frozenset(t.name for t in tools),
+                            limits, log, self._ids)
+            turn = TurnRequest(
+                execution_id=request.execution_id, agent=request.agent,
+                message=request.message, tools=tools, attempt=attempt,
+                state=copy.deepcopy(request.state), trace_id=request.context.trace_id,
+                purpose=request.context.purpose)
+            log.append("turn.started", {"messageId": request.message.id, "attempt": attempt,
+                                        "tools": [t.name for t in tools]})
+            try:
+                output = await self._runtime.run(turn, host)
+            except Exception:  # its text never leaves the turn; cancellation propagates
+                runtime_failed = True
+            finally:
+                host.closed = True
+        if deadline.cancel_called:
+            return await self._end(request, log, started, "cancelled", "turn_cancelled")
+        if runtime_failed:
+            return await self._end(request, log, started, "failed", "runtime_failed")
+        try:
+            checked: JsonValue = parse_wire(JsonValue, output)
+        except ContractError:
+            return await self._end(request, log, started, "failed", "invalid_runtime_outcome")
+        return await self._end(request, log, started, "succeeded", None, checked)
+
+    async def _end(self, request: ExecutionRequest, log: EventLog, started: str, status: str,
+                   code: str | None, output: JsonValue = None) -> ExecutionResult:
+        log.append("turn.ended", {"status": status, **({"code": code} if code else {})})
+        await self._audit(request, "turn.ended", status, code)
+        common = self._common(request, log, started)
+        if status == "succeeded":
+            return ExecutionSucceeded(**common, output=output)
+        if status == "cancelled":
+            return ExecutionCancelled(**common, error=protocol_error(code or "turn_cancelled"))
+        return ExecutionFailed(**common, error=protocol_error(code or "runtime_failed"))
+
+    async def _audit(self, request: ExecutionRequest, type: Any, status: str,
+                     code: str | None) -> None:
+        await record_outcome(self._kernel.audit, audit_event(
+            request.context, type, _AUDIT_OUTCOME[status], at=self._now(),
+            receiver=request.agent, message_id=request.message.id,
+            operation_id=request.execution_id, reason=code))
+

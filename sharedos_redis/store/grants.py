@@ -1,0 +1,117 @@
+"""The Redis grant store: the host's trusted ``GrantSource``.
+
+Owns ``RedisGrantStore``. Grants are kept per subject in
+``sos:{ns}:grants:<kind>:<id>`` (hash grant id → grant wire JSON), validated on
+the way in and on the way out: a corrupt stored grant raises, so the kernel
+fails closed (``authority_unavailable``) instead of skipping it. Grants are
+durable configuration: the hashes have no TTL; ``revoke`` marks, never deletes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import Final, cast
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..errors import ConfigurationError, StoreUnavailable
+from ..kernel.contracts import Address, CapabilityGrant, timestamp_ms
+from .keys import Keys
+from .scripts import Scripts
+
+__all__ = ["RedisGrantStore"]
+
+_SWAP_ATTEMPTS: Final = 16
+
+
+def _key(namespace_id: str, subject: Address) -> str:
+    return Keys(namespace_id).grants(subject.kind, subject.id)
+
+
+def _sort_key(grant: CapabilityGrant) -> tuple[int, str]:
+    return timestamp_ms(grant.issued_at), grant.id
+
+
+class RedisGrantStore:
+    """Grants by (namespace, subject); the kernel reads them with ``grants_for``."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._scripts = Scripts(redis)
+
+    async def put(self, grant: CapabilityGrant) -> None:
+        """Store (or replace) ``grant`` under its namespace and subject.
+
+        Raises:
+            ContractError: ``grant`` does not satisfy the contract.
+            StoreUnavailable: Redis failed.
+        """
+        checked = CapabilityGrant.from_wire(grant.to_wire())
+        try:
+            await cast("Awaitable[int]", self._redis.hset(
+                _key(checked.namespace_id, checked.subject), checked.id, checked.to_json()))
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("grants.put", type(exc).__name__) from exc
+
+    async def revoke(self, namespace_id: str, subject: Address, grant_id: str, at: str) -> bool:
+        """Mark a grant revoked from ``at`` on (an earlier revocation is kept).
+
+        Returns:
+            True when the grant exists (and is now revoked); False when it does not.
+
+        Raises:
+            ConfigurationError: ``at`` is not an RFC 3339 timestamp.
+            ContractError: the stored grant is corrupt.
+            StoreUnavailable: Redis failed, or the grant kept changing under the swap.
+        """
+        try:
+            at_ms = timestamp_ms(at)
+        except ValueError as exc:
+            raise ConfigurationError(f"revocation time is not RFC 3339: {at!r}") from exc
+        key = _key(namespace_id, subject)
+        for _ in range(_SWAP_ATTEMPTS):
+            raw = await self._hget(key, grant_id)
+            if raw is None:
+                return False
+            grant = CapabilityGrant.from_json(raw)
+            if grant.revoked_at is not None and timestamp_ms(grant.revoked_at) <= at_ms:
+                return True
+            revoked = CapabilityGrant.from_wire({**grant.to_wire(), "revokedAt": at})
+            swapped = int(await self._scripts.call("swap_grant", [key],
+                                                   [grant_id, raw, revoked.to_json()]))
+            if swapped != 0:
+                return swapped == 1
+        raise StoreUnavailable("grants.revoke", "the grant kept changing during revocation")
+
+    async def list(self, namespace_id: str, subject: Address) -> list[CapabilityGrant]:
+        """Every grant of ``subject`` in the namespace, ordered by (issuedAt, id).
+
+        Raises:
+            ContractError: a stored grant is corrupt.
+            StoreUnavailable: Redis failed.
+        """
+        try:
+            stored = await cast("Awaitable[list[bytes]]",
+                                self._redis.hvals(_key(namespace_id, subject)))
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("grants.list", type(exc).__name__) from exc
+        return sorted((CapabilityGrant.from_json(raw) for raw in stored), key=_sort_key)
+
+    async def grants_for(
+        self, namespace_id: str, actor: Address, authority: Address
+    ) -> Sequence[CapabilityGrant]:
+        """The grants of ``actor`` issued by ``authority`` (the kernel's GrantSource).
+
+        Raises:
+            ContractError: a stored grant is corrupt (the kernel fails closed).
+            StoreUnavailable: Redis failed (the kernel fails closed).
+        """
+        return [g for g in await self.list(namespace_id, actor) if g.issuer == authority]
+
+    async def _hget(self, key: str, field: str) -> bytes | None:
+        try:
+            raw = await cast("Awaitable[bytes | None]", self._redis.hget(key, field))
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("grants.revoke", type(exc).__name__) from exc
+        return raw

@@ -1,0 +1,39 @@
+-- accept_request: durably accept one request (the transport's only write on deliver).
+-- Atomically: refuse a duplicate id; spend one hop of the trace budget; write the
+-- marker hash; index it by deadline; append the outbox entry; append the audit record.
+-- A refusal writes nothing at all.
+-- KEYS[1] marker hash   sos:{ns}:msg:<id>
+-- KEYS[2] budget        sos:{ns}:budget:<trace>   (string int, hops left)
+-- KEYS[3] open index    sos:{ns}:open             (zset, score = deadline ms)
+-- KEYS[4] outbox        sos:{ns}:outbox           (stream)
+-- KEYS[5] audit         sos:{ns}:audit            (stream)
+-- ARGV[1] message id          ARGV[2] envelope wire JSON   ARGV[3] context wire JSON
+-- ARGV[4] from tag            ARGV[5] to tag               ARGV[6] purpose
+-- ARGV[7] trace id            ARGV[8] now ms               ARGV[9] deadline ms
+-- ARGV[10] retention ms       ARGV[11] default hops        ARGV[12] budget ttl ms
+-- ARGV[13] audit MAXLEN ~     ARGV[14], ARGV[15] the message.accepted audit field/value
+-- returns {"accepted", hops left} | {"duplicate", -1} | {"budget_exhausted", 0}
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {'duplicate', -1}
+end
+local stored = redis.call('GET', KEYS[2])
+local hops
+if stored then
+  hops = tonumber(stored)
+else
+  hops = tonumber(ARGV[11])
+end
+if hops == nil or hops < 1 then
+  return {'budget_exhausted', 0}
+end
+hops = hops - 1
+redis.call('SET', KEYS[2], hops, 'PX', ARGV[12])
+redis.call('HSET', KEYS[1],
+  'env', ARGV[2], 'ctx', ARGV[3], 'state', 'accepted', 'from', ARGV[4], 'to', ARGV[5],
+  'purpose', ARGV[6], 'trace', ARGV[7], 'created', ARGV[8], 'deadline', ARGV[9],
+  'attempts', '0', 'updated', ARGV[8])
+redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[9]) + tonumber(ARGV[10]))
+redis.call('ZADD', KEYS[3], ARGV[9], ARGV[1])
+redis.call('XADD', KEYS[4], '*', 'id', ARGV[1])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', ARGV[14], ARGV[15])
+return {'accepted', hops}

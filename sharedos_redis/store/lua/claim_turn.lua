@@ -1,0 +1,68 @@
+-- claim_turn: take the turn lease of an open request (dispatched -> running).
+-- A request that is accepted or dispatched, or running with an expired lease, is
+-- claimed: attempts + 1, lease = now + lease_ms (indexed in the leases zset),
+-- turn.started audited. A request that already used max_attempts turns is
+-- dead-lettered instead: state dead, code request_dead_lettered, removed from the
+-- open and leases indexes, PEXPIRE retention, one dead-letter entry, one
+-- settlement entry (its waiter wakes) and a request.dead_lettered audit record.
+-- Time is the Redis server's TIME unless ARGV[5] overrides it (tests).
+-- KEYS[1] marker hash  sos:{ns}:msg:<id>     KEYS[2] leases zset  sos:{ns}:leases
+-- KEYS[3] open zset    sos:{ns}:open         KEYS[4] settled stream sos:{ns}:settled
+-- KEYS[5] audit stream sos:{ns}:audit        KEYS[6] dead stream  sos:{ns}:dead
+-- ARGV[1] message id      ARGV[2] lease ms         ARGV[3] max attempts
+-- ARGV[4] worker name     ARGV[5] now ms or ""     ARGV[6] retention ms
+-- ARGV[7] settled MAXLEN ~  ARGV[8] audit MAXLEN ~  ARGV[9] dead MAXLEN ~
+-- ARGV[10] audit event id   ARGV[11] now RFC 3339
+-- returns {outcome, attempt, env, ctx, deadline}; outcome is claimed | busy |
+--   closed (terminal) | missing | dead (dead-lettered by this call)
+local function now_ms()
+  if ARGV[5] ~= '' then return tonumber(ARGV[5]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function audit(ctx_json, etype, outcome, reason, metadata)
+  local ok, ctx = pcall(cjson.decode, ctx_json or '')
+  if not ok or type(ctx) ~= 'table' then return end
+  local event = {
+    version = '2', id = ARGV[10], type = etype, outcome = outcome, at = ARGV[11],
+    traceId = ctx['traceId'], namespaceId = ctx['namespaceId'], actor = ctx['actor'],
+    authority = ctx['authority'], owner = ctx['owner'], purpose = ctx['purpose'],
+    messageId = ARGV[1], reason = reason, metadata = metadata,
+  }
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'e', cjson.encode(event))
+end
+
+local m = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'lease', 'deadline', 'env', 'ctx')
+local state = m[1]
+if not state then return {'missing', 0, '', '', 0} end
+local attempts = tonumber(m[2]) or 0
+local deadline = m[4] or '0'
+if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then
+  return {'closed', attempts, '', '', deadline}
+end
+local now = now_ms()
+local now_s = string.format('%d', now)
+if state == 'running' and (tonumber(m[3]) or 0) > now then
+  return {'busy', attempts, '', '', deadline}
+end
+if attempts >= tonumber(ARGV[3]) then
+  local code = 'request_dead_lettered'
+  redis.call('HSET', KEYS[1], 'state', 'dead', 'code', code, 'updated', now_s)
+  redis.call('HDEL', KEYS[1], 'lease')
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 'id', ARGV[1], 'reason', code,
+    'at', ARGV[11])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[1], 'state', 'dead',
+    'result', code)
+  audit(m[6], 'request.dead_lettered', 'failed', code, nil)
+  return {'dead', attempts, '', '', deadline}
+end
+attempts = attempts + 1
+local lease = string.format('%d', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'state', 'running', 'attempts', string.format('%d', attempts),
+  'lease', lease, 'updated', now_s)
+redis.call('ZADD', KEYS[2], lease, ARGV[1])
+audit(m[6], 'turn.started', 'succeeded', nil, {worker = ARGV[4], attempt = attempts})
+return {'claimed', attempts, m[5], m[6], deadline}

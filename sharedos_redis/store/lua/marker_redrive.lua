@@ -1,0 +1,37 @@
+-- marker_redrive: a human re-drive of a dead letter (dead -> accepted). The one
+-- sanctioned exception to "terminal states never change": only `dead` moves, and
+-- only by this host/admin call. attempts = 0, new deadline, code/reply/lease
+-- cleared, back in the open index and the outbox (entry {id}, like accept), TTL
+-- deadline + retention like accept, and a request.redriven audit record.
+-- Time is the Redis server's TIME unless ARGV[3] overrides it (tests).
+-- KEYS[1] marker hash  sos:{ns}:msg:<id>   KEYS[2] open zset  sos:{ns}:open
+-- KEYS[3] outbox stream sos:{ns}:outbox    KEYS[4] audit stream sos:{ns}:audit
+-- ARGV[1] message id   ARGV[2] new deadline ms   ARGV[3] now ms or ""
+-- ARGV[4] retention ms   ARGV[5] audit MAXLEN ~  ARGV[6] audit event id  ARGV[7] now RFC 3339
+-- returns 1 re-driven; 0 the marker is gone or not dead
+local m = redis.call('HMGET', KEYS[1], 'state', 'ctx')
+if m[1] ~= 'dead' then return 0 end
+local now
+if ARGV[3] ~= '' then
+  now = tonumber(ARGV[3])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+redis.call('HDEL', KEYS[1], 'code', 'reply', 'lease')
+redis.call('HSET', KEYS[1], 'state', 'accepted', 'attempts', '0', 'deadline', ARGV[2],
+  'updated', string.format('%d', now))
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', tonumber(ARGV[2]) + tonumber(ARGV[4])))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('XADD', KEYS[3], '*', 'id', ARGV[1])
+local ok, ctx = pcall(cjson.decode, m[2] or '')
+if ok and type(ctx) == 'table' then
+  local event = {
+    version = '2', id = ARGV[6], type = 'request.redriven', outcome = 'succeeded',
+    at = ARGV[7], traceId = ctx['traceId'], namespaceId = ctx['namespaceId'],
+    actor = ctx['actor'], authority = ctx['authority'], owner = ctx['owner'],
+    purpose = ctx['purpose'], messageId = ARGV[1],
+  }
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'e', cjson.encode(event))
+end
+return 1

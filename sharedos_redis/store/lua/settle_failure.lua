@@ -1,0 +1,55 @@
+-- settle_failure: end an open request without a reply (open -> failed | timed_out |
+-- cancelled | dead) with a reason code. Same cleanup as settle_reply: ZREM open +
+-- leases, PEXPIRE retention, one settlement entry {id, state, result = code} (the
+-- waiter wakes) and an audit record (request.failed | request.timed_out |
+-- request.cancelled | request.dead_lettered); dead also appends a dead letter.
+-- A terminal or missing marker is refused (request_closed / unknown_request) and
+-- nothing changes: terminal states never change.
+-- Time is the Redis server's TIME unless ARGV[4] overrides it (tests).
+-- KEYS[1] marker hash  sos:{ns}:msg:<id>   KEYS[2] open zset  sos:{ns}:open
+-- KEYS[3] leases zset  sos:{ns}:leases     KEYS[4] settled stream sos:{ns}:settled
+-- KEYS[5] audit stream sos:{ns}:audit      KEYS[6] dead stream  sos:{ns}:dead
+-- ARGV[1] message id   ARGV[2] terminal state   ARGV[3] reason code   ARGV[4] now ms or ""
+-- ARGV[5] retention ms   ARGV[6] settled MAXLEN ~   ARGV[7] audit MAXLEN ~
+-- ARGV[8] dead MAXLEN ~  ARGV[9] audit event id     ARGV[10] now RFC 3339
+-- returns {settled 1|0, code, state after the call or "", cause or ""}
+local event_types = {
+  failed = 'request.failed', timed_out = 'request.timed_out',
+  cancelled = 'request.cancelled', dead = 'request.dead_lettered',
+}
+local m = redis.call('HMGET', KEYS[1], 'state', 'ctx')
+local state = m[1]
+if not state then return {0, 'unknown_request', '', ''} end
+if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then
+  return {0, 'request_closed', state, state}
+end
+local now
+if ARGV[4] ~= '' then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'code', ARGV[3],
+  'updated', string.format('%d', now))
+redis.call('HDEL', KEYS[1], 'lease')
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if ARGV[2] == 'dead' then
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*', 'id', ARGV[1], 'reason', ARGV[3],
+    'at', ARGV[10])
+end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'id', ARGV[1], 'state', ARGV[2],
+  'result', ARGV[3])
+local ok, ctx = pcall(cjson.decode, m[2] or '')
+if ok and type(ctx) == 'table' then
+  local event = {
+    version = '2', id = ARGV[9], type = event_types[ARGV[2]], outcome = 'failed',
+    at = ARGV[10], traceId = ctx['traceId'], namespaceId = ctx['namespaceId'],
+    actor = ctx['actor'], authority = ctx['authority'], owner = ctx['owner'],
+    purpose = ctx['purpose'], messageId = ARGV[1], reason = ARGV[3],
+  }
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[7], '*', 'e', cjson.encode(event))
+end
+return {1, 'settled', ARGV[2], ''}

@@ -1,0 +1,208 @@
+"""The outbox relay: turns durable outbox entries into recipient wake-ups.
+
+Owns ``OutboxRelay``. One consumer group (``keys.RELAY_GROUP``) per namespace
+outbox. For each entry the relay calls ``wake(namespace, message_id)`` FIRST,
+then the ``dispatch_request`` script moves the marker ``accepted → dispatched``,
+audits ``message.dispatched`` and XACKs + XDELs the entry. A wake that raises
+leaves the entry pending; a relay that dies between wake and dispatch leaves it
+in the group's pending list, and ``claim_stale`` (XAUTOCLAIM) repeats the wake —
+so wake hooks must be idempotent (arq: job id = message id).
+
+Must not import router/ or worker/.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from ..errors import StoreUnavailable
+from ..kernel.contracts import format_timestamp
+from ..kernel.ids import new_id
+from ..store.keys import RELAY_GROUP, Keys
+from ..store.scripts import Scripts
+
+__all__ = ["OutboxRelay", "WakeHook"]
+
+_log = logging.getLogger(__name__)
+
+WakeHook = Callable[[str, str], Awaitable[None]]
+"""``(namespace, message_id)``; must be idempotent (arq enqueue with job id = message id)."""
+
+_Entry = tuple[Any, Mapping[Any, Any] | None]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class OutboxRelay:
+    """Relays the outboxes of ``namespaces`` to ``wake``.
+
+    Args:
+        redis: the client; its socket timeout must exceed ``block_ms``.
+        namespaces: the namespaces whose outboxes this relay serves.
+        wake: the idempotent wake-up hook.
+        consumer: this relay's consumer name in the group (unique per process).
+        block_ms: how long one ``step`` blocks for new entries.
+        claim_idle_ms: how long an entry must sit unacknowledged before
+            ``claim_stale`` takes it over.
+        batch: the most entries read per call.
+        audit_maxlen: the audit stream's approximate MAXLEN.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        namespaces: Sequence[str],
+        wake: WakeHook,
+        *,
+        consumer: str,
+        block_ms: int = 1000,
+        claim_idle_ms: int = 30_000,
+        batch: int = 64,
+        audit_maxlen: int = 100_000,
+    ) -> None:
+        self._redis = redis
+        self._scripts = Scripts(redis)
+        self._keys = {Keys(ns).outbox: Keys(ns) for ns in dict.fromkeys(namespaces)}
+        self._wake = wake
+        self._consumer = consumer
+        self._block_ms = block_ms
+        self._claim_idle_ms = claim_idle_ms
+        self._batch = batch
+        self._audit_maxlen = audit_maxlen
+        self._stopping = False
+        self._stopped: anyio.Event | None = None
+
+    async def ensure_groups(self) -> None:
+        """Create the consumer group on every outbox (MKSTREAM, from id 0; idempotent).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        for outbox in self._keys:
+            try:
+                await self._redis.xgroup_create(outbox, RELAY_GROUP, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise StoreUnavailable("relay.ensure_groups", type(exc).__name__) from exc
+            except (RedisError, OSError) as exc:
+                raise StoreUnavailable("relay.ensure_groups", type(exc).__name__) from exc
+
+    async def step(self, *, block_ms: int | None = None) -> int:
+        """Read new entries once (XREADGROUP, blocking up to ``block_ms``) and relay them.
+
+        Returns:
+            How many entries were retired (dispatched, or acked as stale).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        block = self._block_ms if block_ms is None else block_ms
+        try:
+            streams = await self._redis.xreadgroup(
+                RELAY_GROUP, self._consumer, dict.fromkeys(self._keys, ">"),
+                count=self._batch, block=block if block > 0 else None)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                await self.ensure_groups()
+                return 0
+            raise StoreUnavailable("relay.step", type(exc).__name__) from exc
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("relay.step", type(exc).__name__) from exc
+        handled = 0
+        for outbox, entries in streams or ():
+            handled += await self._relay(self._keys[_text(outbox)], entries)
+        return handled
+
+    async def claim_stale(self) -> int:
+        """Take over entries idle longer than ``claim_idle_ms`` (XAUTOCLAIM) and relay them.
+
+        Returns:
+            How many entries were retired.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        handled = 0
+        for outbox, keys in self._keys.items():
+            cursor: Any = "0-0"
+            while True:
+                reply = await self._autoclaim(outbox, cursor)
+                cursor, entries = reply[0], reply[1]
+                handled += await self._relay(keys, entries)
+                if _text(cursor) == "0-0" or not entries:
+                    break
+        return handled
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Relay until :meth:`stop`; signals ``started`` once the groups exist.
+
+        Redis failures are logged and retried after a short pause.
+        """
+        self._stopped = anyio.Event()
+        if self._stopping:
+            self._stopped.set()
+        await self.ensure_groups()
+        task_status.started()
+        last_claim = -float("inf")
+        while not self._stopping:
+            try:
+                if anyio.current_time() - last_claim >= self._claim_idle_ms / 2000:
+                    last_claim = anyio.current_time()
+                    await self.claim_stale()
+                await self.step()
+            except StoreUnavailable:
+                _log.warning("outbox relay: Redis failed; retrying", exc_info=True)
+                with anyio.move_on_after(min(1.0, self._block_ms / 1000)):
+                    await self._stopped.wait()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after its current step (at most ``block_ms``)."""
+        self._stopping = True
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def _autoclaim(self, outbox: str, cursor: Any) -> Any:
+        try:
+            return await self._redis.xautoclaim(
+                outbox, RELAY_GROUP, self._consumer, min_idle_time=self._claim_idle_ms,
+                start_id=cursor, count=self._batch)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                await self.ensure_groups()
+                return ["0-0", []]
+            raise StoreUnavailable("relay.claim_stale", type(exc).__name__) from exc
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable("relay.claim_stale", type(exc).__name__) from exc
+
+    async def _relay(self, keys: Keys, entries: Sequence[_Entry]) -> int:
+        handled = 0
+        for entry_id, fields in entries:
+            raw = (fields or {}).get(b"id", (fields or {}).get("id"))
+            message_id = _text(raw) if raw is not None else None
+            if message_id is not None:
+                try:
+                    await self._wake(keys.namespace, message_id)
+                except Exception:  # left pending: claim_stale retries the wake-up
+                    _log.warning("wake-up of %s failed; left pending", message_id, exc_info=True)
+                    continue
+            await self._dispatch(keys, _text(entry_id), message_id)
+            handled += 1
+        return handled
+
+    async def _dispatch(self, keys: Keys, entry_id: str, message_id: str | None) -> None:
+        now = datetime.now(UTC)
+        marker = keys.message(message_id) if message_id is not None else keys.prefix + "msg:"
+        await self._scripts.call(
+            "dispatch_request", [marker, keys.outbox, keys.audit],
+            [RELAY_GROUP, entry_id, message_id or "", int(now.timestamp() * 1000),
+             format_timestamp(now), new_id(), self._audit_maxlen])

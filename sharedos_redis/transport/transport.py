@@ -1,0 +1,193 @@
+"""RedisStreamTransport: the kernel's MessageTransport on Redis Streams.
+
+Owns the accept path. ``deliver`` makes one round trip: the ``accept_request``
+script refuses a duplicate id, spends one hop of the trace budget, writes the
+pending marker (``keys.MARKER_FIELDS``), indexes it by deadline, appends the
+outbox entry and the ``message.accepted`` audit record — all or nothing. The
+outbox relay (``relay.py``) then wakes the recipient; ``on_accepted`` is an
+optional fast path whose failure the relay makes harmless.
+
+Must not import router/ or worker/.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Final
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+from redis.asyncio import Redis
+
+from ..errors import AuditUnavailable, ContractError, StoreUnavailable
+from ..kernel.audit import audit_event
+from ..kernel.contracts import (
+    AccessContext,
+    DeliveryAccepted,
+    DeliveryDenied,
+    DeliveryFailed,
+    MessageDeliveryResult,
+    MessageEnvelope,
+    ProtocolError,
+    format_timestamp,
+)
+from ..kernel.reasons import ReasonCode
+from ..store.audit import RedisAuditSink, audit_fields
+from ..store.keys import Keys, address_tag
+from ..store.scripts import Scripts
+from .deadlines import turn_deadline_ms
+
+__all__ = ["AcceptHook", "RedisStreamTransport", "TransportSettings"]
+
+_log = logging.getLogger(__name__)
+
+AcceptHook = Callable[[str, str], Awaitable[None]]
+"""``(namespace, message_id)``, called after a successful accept (must be idempotent)."""
+
+_REFUSALS: Final[dict[str, tuple[ReasonCode, str]]] = {
+    "duplicate": ("duplicate_message", "a message with this id was already accepted"),
+    "budget_exhausted": ("budget_exhausted", "the trace has no hops left"),
+}
+
+
+class TransportSettings(BaseModel):
+    """Limits and lifetimes of the accept path."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_timeout_s: float = Field(default=60.0, gt=0)
+    default_budget_hops: int = Field(default=16, ge=0)
+    max_payload_bytes: int = Field(default=1_048_576, gt=0)
+    retention_s: int = Field(default=86_400, gt=0)
+    budget_ttl_s: int = Field(default=86_400, gt=0)
+    audit_maxlen: int = Field(default=100_000, gt=0)
+    accept_timeout_s: float = Field(default=10.0, gt=0)
+
+
+def _payload_bytes(envelope: MessageEnvelope) -> int:
+    return len(json.dumps(envelope.payload, ensure_ascii=False, separators=(",", ":"))
+               .encode("utf-8"))
+
+
+def _error(code: ReasonCode, message: str, *, retryable: bool | None = None) -> ProtocolError:
+    return ProtocolError(code=code, message=message, retryable=retryable)
+
+
+def _now_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+class RedisStreamTransport:
+    """Durably accepts already-authorized envelopes into a namespace's outbox.
+
+    Args:
+        redis: the client (build it with ``store.client.create_redis`` so socket
+            operations are bounded).
+        settings: limits and lifetimes.
+        on_accepted: optional fast-path wake-up ``(namespace, message_id)``.
+        clock: the current time (UTC); tests pin it.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        settings: TransportSettings = TransportSettings(),  # noqa: B008 - frozen, never mutated
+        on_accepted: AcceptHook | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._redis = redis
+        self._scripts = Scripts(redis)
+        self._settings = settings
+        self._on_accepted = on_accepted
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._audit = RedisAuditSink(redis, maxlen=settings.audit_maxlen)
+
+    @property
+    def settings(self) -> TransportSettings:
+        """The transport's settings."""
+        return self._settings
+
+    async def deliver(
+        self, context: AccessContext, envelope: MessageEnvelope
+    ) -> MessageDeliveryResult:
+        """Accept ``envelope`` durably (one Redis round trip).
+
+        Returns:
+            ``accepted`` (metadata: ``deadlineMs``, ``hopsLeft``); ``denied`` with
+            ``payload_too_large``, ``duplicate_message`` or ``budget_exhausted``
+            (nothing written); ``failed`` with ``message_delivery_failed`` when
+            Redis failed or did not answer within ``accept_timeout_s``.
+        """
+        now = self._clock()
+        stamp = format_timestamp(now)
+        limit = self._settings.max_payload_bytes
+        if _payload_bytes(envelope) > limit:
+            return DeliveryDenied(message_id=envelope.id, timestamp=stamp,
+                                  error=_error("payload_too_large",
+                                               f"the payload exceeds {limit} bytes"))
+        deadline = self._deadline_ms(now)
+        try:
+            with anyio.fail_after(self._settings.accept_timeout_s):
+                status, hops = await self._accept(context, envelope, now, deadline)
+        except (StoreUnavailable, TimeoutError) as exc:
+            _log.warning("accept of %s failed: %s", envelope.id, type(exc).__name__)
+            return DeliveryFailed(message_id=envelope.id, timestamp=stamp,
+                                  error=_error("message_delivery_failed",
+                                               "the message store is unavailable", retryable=True))
+        if status != "accepted":
+            return await self._refuse(context, envelope, status, stamp)
+        await self._wake(context.namespace_id, envelope.id)
+        return DeliveryAccepted(message_id=envelope.id, timestamp=stamp,
+                                metadata={"deadlineMs": deadline, "hopsLeft": hops})
+
+    def _deadline_ms(self, now: datetime) -> int:
+        deadline = _now_ms(now) + int(self._settings.request_timeout_s * 1000)
+        cap = turn_deadline_ms.get()
+        return deadline if cap is None else min(deadline, cap)
+
+    async def _accept(
+        self, context: AccessContext, envelope: MessageEnvelope, now: datetime, deadline: int
+    ) -> tuple[str, int]:
+        keys = Keys(context.namespace_id)
+        event = audit_event(context, "message.accepted", "succeeded", at=format_timestamp(now),
+                            message_id=envelope.id, receiver=envelope.receiver)
+        s = self._settings
+        result = await self._scripts.call(
+            "accept_request",
+            [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
+             keys.outbox, keys.audit],
+            [envelope.id, envelope.to_json(), context.to_json(),
+             address_tag(envelope.sender.kind, envelope.sender.id),
+             address_tag(envelope.receiver.kind, envelope.receiver.id),
+             envelope.purpose, envelope.trace_id, _now_ms(now), deadline,
+             s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
+             s.audit_maxlen, *audit_fields(event)],
+        )
+        status, hops = result
+        return (status.decode() if isinstance(status, bytes) else str(status)), int(hops)
+
+    async def _refuse(
+        self, context: AccessContext, envelope: MessageEnvelope, status: str, stamp: str
+    ) -> DeliveryDenied:
+        code, message = _REFUSALS.get(status, ("message_delivery_failed", "refused"))
+        try:
+            await self._audit.record(audit_event(
+                context, "message.refused", "denied", at=stamp,
+                message_id=envelope.id, receiver=envelope.receiver, reason=code))
+        except (AuditUnavailable, ContractError) as exc:
+            # The refusal stands either way; nothing was written for the message.
+            _log.warning("refusal of %s not audited: %s", envelope.id, type(exc).__name__)
+        return DeliveryDenied(message_id=envelope.id, timestamp=stamp,
+                              error=_error(code, message))
+
+    async def _wake(self, namespace: str, message_id: str) -> None:
+        if self._on_accepted is None:
+            return
+        try:
+            await self._on_accepted(namespace, message_id)
+        except Exception:  # the relay retries the wake-up from the durable outbox
+            _log.warning("fast-path wake-up of %s failed", message_id, exc_info=True)

@@ -1,0 +1,227 @@
+"""The ``sharedos-redis`` command line: one click group, no logic of its own.
+
+Results go to stdout, logs to stderr. Exit 0 on success, 1 on a
+:class:`~sharedos_redis.errors.SharedOSError` or an unreachable/invalid Redis
+(one line; a traceback only with ``--verbose``), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import click
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..errors import SharedOSError, StoreUnavailable
+from ..router.router import RedisRequestRouter
+from ..store.budget import TraceBudget
+from ..store.client import RedisSettings, create_redis
+from ..store.markers import MarkerStore
+from .host import MessagingHost
+
+__all__ = ["main"]
+
+T = TypeVar("T")
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+class _Ctx:
+    def __init__(self, url: str, namespace: str | None, verbose: bool) -> None:
+        self.url, self.namespace, self.verbose = url, namespace, verbose
+
+    def need_namespace(self) -> str:
+        if not self.namespace:
+            raise click.UsageError("--namespace (or SHAREDOS_NAMESPACE) is required")
+        return self.namespace
+
+    def run(self, job: Callable[[Redis], Awaitable[T]]) -> T:
+        async def main() -> T:
+            try:
+                redis = create_redis(RedisSettings(url=self.url))
+            except (ValueError, SharedOSError) as exc:
+                raise StoreUnavailable("connect", f"invalid Redis URL: {exc}") from None
+            try:
+                await redis.ping()
+                return await job(redis)
+            except (RedisError, OSError) as exc:
+                raise StoreUnavailable("connect", f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                await redis.aclose()
+
+        try:
+            return anyio.run(main)
+        except SharedOSError as exc:
+            if self.verbose:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+
+pass_ctx = click.make_pass_decorator(_Ctx)
+
+
+@click.group()
+@click.option("--redis-url", envvar="SHAREDOS_REDIS_URL", default=DEFAULT_URL, show_default=True)
+@click.option("--namespace", envvar="SHAREDOS_NAMESPACE", default=None)
+@click.option("--verbose", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def main(ctx: click.Context, redis_url: str, namespace: str | None, verbose: bool) -> None:
+    """sharedos-redis: run workers and inspect requests."""
+    ctx.obj = _Ctx(redis_url, namespace, verbose)
+
+
+def _load_host(spec: str) -> MessagingHost:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter("expected module:attribute, e.g. myapp:host", param_hint="--app")
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load {spec}: {exc}", param_hint="--app") from None
+    host = value() if callable(value) and not isinstance(value, MessagingHost) else value
+    if not isinstance(host, MessagingHost):
+        raise click.BadParameter(f"{spec} is not a MessagingHost", param_hint="--app")
+    return host
+
+
+@main.command()
+@click.option("--app", "app", required=True, help="module:attribute of a MessagingHost.")
+@click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
+@pass_ctx
+def worker(obj: _Ctx, app: str, burst: bool) -> None:
+    """Run an arq worker for the host's agents (relay and reconciler included)."""
+    from arq.worker import run_worker
+
+    from .arq_app import worker_settings
+
+    host = _load_host(app)
+    try:
+        run_worker(worker_settings(host), burst=burst)  # type: ignore[arg-type]  # arq accepts a dict
+    except SharedOSError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)
+
+
+@main.command()
+@click.option("--state", default=None, help="Only this state (accepted, dispatched, running).")
+@click.option("--agent", default=None, help="Only requests from or to this agent id.")
+@click.option("--older-than", type=float, default=None, help="Only requests older than S seconds.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def pending(obj: _Ctx, state: str | None, agent: str | None, older_than: float | None,
+            limit: int, as_json: bool) -> None:
+    """List open requests (id, from → to, purpose, trace, state, age, deadline, attempts)."""
+    namespace = obj.need_namespace()
+
+    async def job(redis: Redis) -> list[dict[str, Any]]:
+        router = RedisRequestRouter(redis)
+        found = await router.pending(namespace, state=state, agent=agent,
+                                     older_than_s=older_than, limit=limit)
+        return [record.model_dump(mode="json") for record in found]
+
+    rows = obj.run(job)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    now_ms = time.time() * 1000
+    for row in rows:
+        row["age"] = f"{row.get('age_s', 0):.1f}s"
+        row["deadline_in"] = f"{(row.get('deadline_ms', now_ms) - now_ms) / 1000:.1f}s"
+    click.echo(_table(rows, ["id", "sender", "recipient", "purpose", "trace_id", "state",
+                             "age", "deadline_in", "attempts"]))
+
+
+@main.command()
+@click.argument("message_id")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def show(obj: _Ctx, message_id: str, as_json: bool) -> None:
+    """Print one request's timeline from the audit stream."""
+    namespace = obj.need_namespace()
+
+    async def job(redis: Redis) -> list[dict[str, Any]]:
+        events = await RedisRequestRouter(redis).timeline(namespace, message_id)
+        return [event.to_wire() for event in events]
+
+    events = obj.run(job)
+    if as_json:
+        click.echo(json.dumps(events, indent=2))
+        return
+    rows = [{"at": e["at"], "event": e["type"], "outcome": e["outcome"],
+             "actor": f"{e['actor']['kind']}:{list(e['actor'].values())[1]}",
+             "reason": e.get("reason", ""),
+             "detail": json.dumps(e.get("metadata", {}), separators=(",", ":"))
+             if e.get("metadata") else ""} for e in events]
+    click.echo(_table(rows, ["at", "event", "outcome", "actor", "reason", "detail"]))
+
+
+@main.command("dead-letters")
+@click.option("--retry", "retry_id", default=None, help="Re-drive this dead request.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="New deadline for a re-driven request, in seconds.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def dead_letters(obj: _Ctx, retry_id: str | None, timeout: float, as_json: bool) -> None:
+    """List dead-lettered requests, or re-drive one with --retry ID."""
+    namespace = obj.need_namespace()
+
+    async def job(redis: Redis) -> Any:
+        markers = MarkerStore(redis)
+        if retry_id is not None:
+            deadline_ms = int((time.time() + timeout) * 1000)
+            return await markers.redrive(namespace, retry_id, deadline_ms=deadline_ms)
+        return await markers.dead_letters(namespace)
+
+    result = obj.run(job)
+    if retry_id is not None:
+        if not result:
+            click.echo(f"error: {retry_id} is not a dead letter in {namespace}", err=True)
+            sys.exit(1)
+        click.echo(f"re-driven {retry_id}")
+    elif as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(_table(result, ["id", "reason", "at"]))
+
+
+@main.group()
+def budget() -> None:
+    """Read or set a trace's loop budget (hops left)."""
+
+
+@budget.command("get")
+@click.argument("trace_id")
+@pass_ctx
+def budget_get(obj: _Ctx, trace_id: str) -> None:
+    """Print the hops left for TRACE_ID (or 'unset')."""
+    namespace = obj.need_namespace()
+    left = obj.run(lambda redis: TraceBudget(redis).get(namespace, trace_id))
+    click.echo("unset" if left is None else str(left))
+
+
+@budget.command("set")
+@click.argument("trace_id")
+@click.argument("hops", type=click.IntRange(0, 1_000_000))
+@pass_ctx
+def budget_set(obj: _Ctx, trace_id: str, hops: int) -> None:
+    """Set (replenish) the hops left for TRACE_ID."""
+    namespace = obj.need_namespace()
+    obj.run(lambda redis: TraceBudget(redis).set(namespace, trace_id, hops))
+    click.echo(f"{trace_id}: {hops}")

@@ -1,0 +1,202 @@
+"""``MessagingHost``: the one object a user builds — agents, grants, stores, kernel.
+
+It wires the Redis host ports (grants, usage, audit, transport, router,
+markers) into one :class:`~sharedos_redis.kernel.kernel.Kernel` for one
+namespace, and is the trusted source of every agent's AccessContext: actor =
+the agent, authority/owner from the host's policy for that agent. The same
+host object runs in the app process (``start_turn``) and in worker processes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+from redis.asyncio import Redis
+
+from ..errors import ConfigurationError
+from ..kernel.contracts import (
+    AccessContext,
+    Address,
+    ExecutionRequest,
+    ExecutionResult,
+    JsonValue,
+    MessageEnvelope,
+    ToolDefinition,
+    agent,
+    format_timestamp,
+    service,
+)
+from ..kernel.ids import new_id
+from ..kernel.kernel import Kernel
+from ..kernel.ports import GrantSource
+from ..kernel.tools import ToolHandler
+from ..kernel.turn import RuntimePlugin, TurnExecutor
+from ..router.router import RedisRequestRouter
+from ..store.audit import RedisAuditSink
+from ..store.budget import TraceBudget
+from ..store.client import RedisSettings, create_redis
+from ..store.grants import RedisGrantStore
+from ..store.markers import MarkerStore
+from ..store.usage import RedisGrantUsageStore
+from ..transport.transport import RedisStreamTransport, TransportSettings
+from .settings import HostSettings
+
+__all__ = ["AgentSpec", "MessagingHost"]
+
+HOST_ADDRESS = service("sharedos-redis")
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent the host runs: its runtime and the host's policy for it.
+
+    Attributes:
+        runtime: the agent's turn logic.
+        authority: who issues this agent's grants (grants by anyone else are ignored).
+        owner: on whose behalf the agent acts (the default resource owner).
+        tool_namespaces: tool namespaces enabled in this agent's turns.
+    """
+
+    runtime: RuntimePlugin
+    authority: Address
+    owner: Address
+    tool_namespaces: tuple[str, ...] = ("messages",)
+
+
+@dataclass
+class _Tool:
+    definition: ToolDefinition
+    handler: ToolHandler
+
+
+@dataclass
+class MessagingHost:
+    """Agents, their policy and the Redis-backed kernel of one namespace.
+
+    Args:
+        redis: an asyncio Redis client (any ``decode_responses``), or use :meth:`from_url`.
+        namespace: the SharedOS namespace id; all keys live under its hash tag.
+        agents: agent id → :class:`AgentSpec`.
+        grants: the trusted grant source (default: a :class:`RedisGrantStore` on ``redis``).
+        settings: timeouts, retries and concurrency.
+        redis_url: the URL workers in other processes connect to (set by :meth:`from_url`).
+    """
+
+    redis: Redis
+    namespace: str
+    agents: Mapping[str, AgentSpec]
+    grants: GrantSource | None = None
+    settings: HostSettings = field(default_factory=HostSettings)
+    redis_url: str | None = None
+    _tools: list[_Tool] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.grant_store = RedisGrantStore(self.redis)
+        if self.grants is None:
+            self.grants = self.grant_store
+        self.usage = RedisGrantUsageStore(self.redis)
+        self.audit = RedisAuditSink(self.redis)
+        self.budget = TraceBudget(self.redis, default_hops=s.default_budget_hops)
+        self.transport = RedisStreamTransport(self.redis, settings=TransportSettings(
+            request_timeout_s=s.request_timeout_s, default_budget_hops=s.default_budget_hops,
+            retention_s=s.retention_s))
+        self.markers = MarkerStore(self.redis, retention_s=s.retention_s)
+        self.router = RedisRequestRouter(self.redis, markers=self.markers)
+        self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
+                             transport=self.transport, router=self.router)
+
+    @classmethod
+    def from_url(cls, url: str, *, namespace: str, agents: Mapping[str, AgentSpec],
+                 **kwargs: Any) -> MessagingHost:
+        """Build a host with its own bounded client for ``url`` (workers reuse the URL)."""
+        return cls(create_redis(RedisSettings(url=url)), namespace=namespace, agents=agents,
+                   redis_url=url, **kwargs)
+
+    def register_tool(self, definition: ToolDefinition, handler: ToolHandler) -> None:
+        """Register a tool for every agent; each call is still authorized per actor.
+
+        Raises:
+            ConfigurationError: the name is taken or reserved.
+        """
+        self.kernel.register_tool(definition, handler)
+        self._tools.append(_Tool(definition, handler))
+
+    @property
+    def tool_definitions(self) -> tuple[ToolDefinition, ...]:
+        """Every registered tool, ``messages.request`` included."""
+        from ..kernel.messaging import MESSAGES_REQUEST_TOOL
+
+        return (MESSAGES_REQUEST_TOOL, *(tool.definition for tool in self._tools))
+
+    def agent_spec(self, agent_id: str) -> AgentSpec | None:
+        """The host's policy for ``agent_id``, or None when the host does not run it."""
+        return self.agents.get(agent_id)
+
+    def context_for(self, agent_id: str, *, purpose: str, trace_id: str,
+                    now: datetime | None = None) -> AccessContext:
+        """The trusted AccessContext of a turn run by ``agent_id``.
+
+        Raises:
+            ConfigurationError: the host does not run that agent.
+        """
+        spec = self.agents.get(agent_id)
+        if spec is None:
+            raise ConfigurationError(f"host runs no agent {agent_id!r}")
+        return AccessContext(
+            namespace_id=self.namespace, actor=agent(agent_id), authority=spec.authority,
+            owner=spec.owner, purpose=purpose, trace_id=trace_id,
+            enabled_tool_namespaces=spec.tool_namespaces,
+            now=format_timestamp(now or datetime.now(UTC)),
+        )
+
+    def execution_request(self, agent_id: str, message: MessageEnvelope, *,
+                          execution_id: str, timeout_ms: int | None = None) -> ExecutionRequest:
+        """The ExecutionRequest of ``agent_id``'s turn for ``message`` (context from the message)."""
+        context = self.context_for(agent_id, purpose=message.purpose, trace_id=message.trace_id)
+        options: dict[str, Any] = {}
+        if timeout_ms is not None:
+            options["timeout_ms"] = max(1, min(timeout_ms, 600_000))
+        return ExecutionRequest(
+            execution_id=execution_id, agent=agent(agent_id), context=context, message=message,
+            tools=self.tool_definitions, options=options or None,
+        )
+
+    async def execute(self, agent_id: str, request: ExecutionRequest, *,
+                      attempt: int = 1) -> ExecutionResult:
+        """Run one turn of ``agent_id`` through the kernel's TurnExecutor."""
+        spec = self.agents[agent_id]
+        return await TurnExecutor(self.kernel, spec.runtime).execute(request, attempt=attempt)
+
+    async def start_turn(self, agent_id: str, payload: JsonValue, *, purpose: str,
+                         trace_id: str | None = None, hops: int | None = None,
+                         sender: Address = HOST_ADDRESS) -> ExecutionResult:
+        """Start a root turn of ``agent_id`` in this process (what a scheduler tick does).
+
+        The host authors the message (``sender`` defaults to the host service), opens a
+        new trace and sets its loop budget to ``hops`` (default: the configured hops).
+        """
+        trace_id = trace_id or f"trace-{uuid.uuid4().hex[:16]}"
+        await self.budget.set(self.namespace, trace_id,
+                              hops if hops is not None else self.settings.default_budget_hops)
+        message = MessageEnvelope(
+            id=new_id(), sender=sender, receiver=agent(agent_id), purpose=purpose,
+            payload=payload, trace_id=trace_id, created_at=format_timestamp(),
+        )
+        timeout_ms = int(self.settings.turn_timeout_s * 1000)
+        request = self.execution_request(agent_id, message, execution_id=message.id,
+                                         timeout_ms=timeout_ms)
+        return await self.execute(agent_id, request)
+
+    async def __aenter__(self) -> Self:
+        await self.router.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.router.__aexit__(exc_type, exc, tb)

@@ -1,0 +1,74 @@
+"""Host and worker settings, validated once at configuration time.
+
+The deadline tree is checked here: a recipient turn must end before its
+request's deadline, a nested request is capped to its parent's deadline at
+accept time, and arq's job timeout must exceed the longest turn.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..errors import ConfigurationError
+
+__all__ = ["HostSettings"]
+
+
+class HostSettings(BaseModel):
+    """Timeouts, retries and concurrency of one messaging host.
+
+    Attributes:
+        request_timeout_s: how long a requester waits for a reply (the request deadline).
+        turn_timeout_s: the longest a recipient turn may run; must be < request_timeout_s.
+        lease_s: how long a running turn's lease lasts without renewal; a worker killed
+            mid-turn is detected after this long and the turn re-runs.
+        max_attempts: turns started for one request before it is dead-lettered.
+        max_jobs: concurrent turns per worker process. Each waiting parent turn in a
+            nested chain holds one slot, so a chain of depth d needs d slots.
+        poll_delay_s: arq queue poll interval (arq polls; our replies are pushed).
+        reconcile_interval_s: how often the reconciler runs.
+        claim_idle_s: an outbox entry unacknowledged this long is claimed by another relay.
+        default_budget_hops: hops per trace when the host sets none at the root turn.
+        retention_s: how long settled requests are kept for inspection.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_timeout_s: float = Field(60.0, gt=0)
+    turn_timeout_s: float = Field(45.0, gt=0, le=600)
+    lease_s: float = Field(15.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    max_jobs: int = Field(32, ge=1)
+    poll_delay_s: float = Field(0.005, gt=0)
+    reconcile_interval_s: float = Field(1.0, gt=0)
+    claim_idle_s: float = Field(10.0, gt=0)
+    default_budget_hops: int = Field(16, ge=1)
+    retention_s: int = Field(86_400, ge=1)
+
+    @model_validator(mode="after")
+    def _deadline_tree(self) -> Self:
+        if self.turn_timeout_s >= self.request_timeout_s:
+            raise ConfigurationError(
+                f"turn_timeout_s ({self.turn_timeout_s}) must be below request_timeout_s "
+                f"({self.request_timeout_s}): a turn that outlives its request is wasted"
+            )
+        if self.lease_s > self.request_timeout_s:
+            raise ConfigurationError("lease_s must not exceed request_timeout_s")
+        return self
+
+    @property
+    def job_timeout_s(self) -> float:
+        """arq's job timeout: the longest turn plus room to settle its outcome."""
+        return self.turn_timeout_s + 10.0
+
+    @classmethod
+    def checked(cls, **values: object) -> HostSettings:
+        """Build settings, raising :class:`ConfigurationError` for any invalid value."""
+        try:
+            return cls.model_validate(values)
+        except ConfigurationError:
+            raise
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
