@@ -6,7 +6,7 @@ a coarse code stood for. Never invent a code outside this module.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 __all__ = [
     "AUTHORIZATION_REASONS",
@@ -79,8 +79,8 @@ HostReason = Literal[
 
 ReasonCode = AuthorizationReason | MessagingReason | TurnReason | HostReason
 
-AUTHORIZATION_REASONS: Final = frozenset(AuthorizationReason.__args__)
-MESSAGING_REASONS: Final = frozenset(MessagingReason.__args__)
-TURN_REASONS: Final = frozenset(TurnReason.__args__)
-HOST_REASONS: Final = frozenset(HostReason.__args__)
+AUTHORIZATION_REASONS: Final = frozenset(get_args(AuthorizationReason))
+MESSAGING_REASONS: Final = frozenset(get_args(MessagingReason))
+TURN_REASONS: Final = frozenset(get_args(TurnReason))
+HOST_REASONS: Final = frozenset(get_args(HostReason))
 REASON_CODES: Final = AUTHORIZATION_REASONS | MESSAGING_REASONS | TURN_REASONS | HOST_REASONS

@@ -202,6 +202,21 @@ class Contract(BaseModel):
         cache_strings="keys",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_wire_nulls(cls, data: Any, info: ValidationInfo) -> Any:
+        # On the wire an absent optional field is omitted, never null (as in SharedOS,
+        # whose optional fields accept undefined only). Python callers may pass None.
+        if isinstance(data, Mapping) and info.context and info.context.get("wire"):
+            for name, field in cls.model_fields.items():
+                key = field.alias or name
+                if key != "version" and not field.is_required() and key in data \
+                        and data[key] is None:
+                    raise PydanticCustomError(
+                        "null_optional", "absent optional fields are omitted, never null"
+                    )
+        return data
+
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = cast(dict[str, Any], handler(self))
