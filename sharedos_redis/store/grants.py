@@ -22,7 +22,7 @@ from .scripts import Scripts
 
 __all__ = ["RedisGrantStore"]
 
-_SWAP_ATTEMPTS: Final = 16
+_SWAP_ATTEMPTS: Final = 64
 
 
 def _key(namespace_id: str, subject: Address) -> str:

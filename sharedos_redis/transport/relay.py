@@ -39,6 +39,12 @@ WakeHook = Callable[[str, str], Awaitable[None]]
 _Entry = tuple[Any, Mapping[Any, Any] | None]
 
 
+def _missing_group(exc: ResponseError) -> bool:
+    # Real Redis says NOGROUP; fakeredis words a missing stream differently.
+    text = str(exc)
+    return "NOGROUP" in text or "requires the key to exist" in text
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -80,7 +86,20 @@ class OutboxRelay:
         self._batch = batch
         self._audit_maxlen = audit_maxlen
         self._stopping = False
-        self._stopped: anyio.Event | None = None
+        self._stop_requested: anyio.Event | None = None
+        self._finished: anyio.Event | None = None
+
+    @property
+    def block_ms(self) -> int:
+        """How long one :meth:`step` blocks; bounds how long stopping takes."""
+        return self._block_ms
+
+    @property
+    def stopped(self) -> anyio.Event:
+        """Set once :meth:`run` has returned (access it inside the event loop)."""
+        if self._finished is None:
+            self._finished = anyio.Event()
+        return self._finished
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every outbox (MKSTREAM, from id 0; idempotent).
@@ -112,7 +131,7 @@ class OutboxRelay:
                 RELAY_GROUP, self._consumer, dict.fromkeys(self._keys, ">"),
                 count=self._batch, block=block if block > 0 else None)
         except ResponseError as exc:
-            if "NOGROUP" in str(exc):
+            if _missing_group(exc):
                 await self.ensure_groups()
                 return 0
             raise StoreUnavailable("relay.step", type(exc).__name__) from exc
@@ -146,30 +165,34 @@ class OutboxRelay:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Relay until :meth:`stop`; signals ``started`` once the groups exist.
 
-        Redis failures are logged and retried after a short pause.
+        Redis failures are logged and retried after a short pause. :attr:`stopped`
+        is set when this returns, however it ends.
         """
-        self._stopped = anyio.Event()
+        stop_requested = self._stop_requested = anyio.Event()
         if self._stopping:
-            self._stopped.set()
-        await self.ensure_groups()
-        task_status.started()
-        last_claim = -float("inf")
-        while not self._stopping:
-            try:
-                if anyio.current_time() - last_claim >= self._claim_idle_ms / 2000:
-                    last_claim = anyio.current_time()
-                    await self.claim_stale()
-                await self.step()
-            except StoreUnavailable:
-                _log.warning("outbox relay: Redis failed; retrying", exc_info=True)
-                with anyio.move_on_after(min(1.0, self._block_ms / 1000)):
-                    await self._stopped.wait()
+            stop_requested.set()
+        try:
+            await self.ensure_groups()
+            task_status.started()
+            last_claim = -float("inf")
+            while not self._stopping:
+                try:
+                    if anyio.current_time() - last_claim >= self._claim_idle_ms / 2000:
+                        last_claim = anyio.current_time()
+                        await self.claim_stale()
+                    await self.step()
+                except StoreUnavailable:
+                    _log.warning("outbox relay: Redis failed; retrying", exc_info=True)
+                    with anyio.move_on_after(min(1.0, max(self._block_ms, 50) / 1000)):
+                        await stop_requested.wait()
+        finally:
+            self.stopped.set()
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after its current step (at most ``block_ms``)."""
         self._stopping = True
-        if self._stopped is not None:
-            self._stopped.set()
+        if self._stop_requested is not None:
+            self._stop_requested.set()
 
     async def _autoclaim(self, outbox: str, cursor: Any) -> Any:
         try:
@@ -177,7 +200,7 @@ class OutboxRelay:
                 outbox, RELAY_GROUP, self._consumer, min_idle_time=self._claim_idle_ms,
                 start_id=cursor, count=self._batch)
         except ResponseError as exc:
-            if "NOGROUP" in str(exc):
+            if _missing_group(exc):
                 await self.ensure_groups()
                 return ["0-0", []]
             raise StoreUnavailable("relay.claim_stale", type(exc).__name__) from exc

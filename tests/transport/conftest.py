@@ -1,43 +1,15 @@
-"""Helpers for transport tests: trusted contexts, envelopes and the namespace's keyspace."""
+"""Fixtures for transport tests: the namespace keyspace (cleaned up) and its Keys."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
 
-from sharedos_redis.kernel.contracts import (
-    AccessContext,
-    Address,
-    MessageEnvelope,
-    agent,
-    format_timestamp,
-)
-from sharedos_redis.store.keys import Keys, encode_id
+from sharedos_redis.store.keys import Keys
 
-Keyspace = Callable[[], Awaitable[set[str]]]
-
-
-def make_context(ns: str, actor: Address | None = None, *, trace: str = "trace-1",
-                 purpose: str = "atlas-status") -> AccessContext:
-    return AccessContext(namespace_id=ns, actor=actor or agent("bob"), authority=agent("host"),
-                         owner=agent("owner"), purpose=purpose, trace_id=trace,
-                         enabled_tool_namespaces=("messages",), now=format_timestamp())
-
-
-def make_envelope(context: AccessContext, receiver: Address | None = None, *,
-                  id: str = "m-1", payload: Any = None) -> MessageEnvelope:
-    return MessageEnvelope(id=id, sender=context.actor, receiver=receiver or agent("alice"),
-                           purpose=context.purpose, trace_id=context.trace_id,
-                           payload={"question": "Atlas status?"} if payload is None else payload,
-                           created_at=context.now)
-
-
-async def scan_keyspace(redis: Redis, ns: str) -> set[str]:
-    pattern = f"sos:{{{encode_id(ns)}}}:*"
-    return {key.decode() async for key in redis.scan_iter(match=pattern, count=1000)}
+from .transport_support import Keyspace, scan_keyspace
 
 
 @pytest.fixture

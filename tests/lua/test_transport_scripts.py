@@ -1,0 +1,108 @@
+"""The transport's and stores' Lua scripts called directly (KEYS/ARGV contracts)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from redis.asyncio import Redis
+
+from sharedos_redis.store.keys import RELAY_GROUP, Keys
+from sharedos_redis.store.scripts import Scripts
+
+from .lua_support import Keyspace, make_context, make_envelope
+
+pytestmark = pytest.mark.anyio
+
+
+def _accept_args(
+    ns: str, mid: str = "m-1", *, default_hops: int = 2
+) -> tuple[list[str], list[object]]:
+    keys = Keys(ns)
+    ctx = make_context(ns)
+    env = make_envelope(ctx, id=mid)
+    now = int(time.time() * 1000)
+    return (
+        [keys.message(mid), keys.budget("trace-1"), keys.open, keys.outbox, keys.audit],
+        [mid, env.to_json(), ctx.to_json(), "agent:bob", "agent:alice", "p", "trace-1",
+         now, now + 1000, 60_000, default_hops, 5_000, 1000, "e", '{"audit":1}'],
+    )
+
+
+async def test_accept_request_spends_then_refuses_without_writing(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    results = []
+    for mid in ("m-1", "m-2", "m-3"):
+        results.append(await scripts.call("accept_request", *_accept_args(ns, mid)))
+    assert results == [[b"accepted", 1], [b"accepted", 0], [b"budget_exhausted", 0]]
+    assert await scripts.call("accept_request", *_accept_args(ns, "m-1")) == [b"duplicate", -1]
+    assert not await redis.exists(keys.message("m-3"))
+    assert await redis.xlen(keys.outbox) == 2
+    assert await redis.xlen(keys.audit) == 2
+    assert 0 < await redis.pttl(keys.budget("trace-1")) <= 5_000
+    assert len(await keyspace()) == 6
+
+
+async def test_accept_request_fails_closed_on_a_corrupt_budget(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    await redis.set(keys.budget("trace-1"), "lots")
+    result = await Scripts(redis).call("accept_request", *_accept_args(ns))
+    assert result == [b"budget_exhausted", 0]
+    assert await keyspace() == {keys.budget("trace-1")}
+
+
+async def test_dispatch_request_moves_only_accepted_markers(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    await redis.xgroup_create(keys.outbox, RELAY_GROUP, id="0", mkstream=True)
+    for mid in ("m-1", "m-2"):
+        await scripts.call("accept_request", *_accept_args(ns, mid, default_hops=5))
+    await redis.hset(keys.message("m-2"), "ctx", "{not json")
+    [[_, entries]] = await redis.xreadgroup(RELAY_GROUP, "c", {keys.outbox: ">"})
+    (first, _), (second, _) = entries
+
+    def args(entry: bytes, mid: str) -> list[object]:
+        return [RELAY_GROUP, entry, mid, 123, "2026-01-01T00:00:00.000Z", "ev-1", 1000]
+
+    assert await scripts.call("dispatch_request", [keys.message("m-1"), keys.outbox, keys.audit],
+                              args(first, "m-1")) == 1
+    assert await scripts.call("dispatch_request", [keys.message("m-1"), keys.outbox, keys.audit],
+                              args(first, "m-1")) == 0  # a second dispatch changes nothing
+    assert await scripts.call("dispatch_request", [keys.message("m-2"), keys.outbox, keys.audit],
+                              args(second, "m-2")) == -1
+    assert await redis.hmget(keys.message("m-1"), "state", "updated") == [b"dispatched", b"123"]
+    assert await redis.hget(keys.message("m-2"), "state") == b"accepted"
+    assert await redis.xlen(keys.outbox) == 0
+    [*_, (_, last)] = await redis.xrange(keys.audit)
+    event = json.loads(last[b"e"])
+    assert event["type"] == "message.dispatched" and event["messageId"] == "m-1"
+    assert event["actor"] == {"kind": "agent", "agentId": "bob"}
+    assert len(await keyspace()) == 6
+
+
+async def test_consume_grant_use_stops_at_max(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    spent = [await scripts.call("consume_grant_use", [keys.usage], ["g-1", 3]) for _ in range(5)]
+    assert spent == [1, 1, 1, 0, 0]
+    assert await redis.hget(keys.usage, "g-1") == b"3"
+    assert await keyspace() == {keys.usage}
+
+
+async def test_swap_grant_is_compare_and_set(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    key = keys.grants("agent", "bob")
+    await redis.hset(key, "g-1", "v1")
+    assert await scripts.call("swap_grant", [key], ["g-1", "v0", "v2"]) == 0
+    assert await scripts.call("swap_grant", [key], ["g-1", "v1", "v2"]) == 1
+    assert await scripts.call("swap_grant", [key], ["g-9", "v1", "v2"]) == -1
+    assert await redis.hgetall(key) == {b"g-1": b"v2"}
+    assert await keyspace() == {key}

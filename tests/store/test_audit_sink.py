@@ -1,0 +1,63 @@
+"""RedisAuditSink: append-only per namespace, trimmed, paged, failing loudly."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from sharedos_redis.errors import AuditUnavailable
+from sharedos_redis.kernel.audit import audit_event
+from sharedos_redis.kernel.ports import AuditSink
+from sharedos_redis.store.audit import RedisAuditSink, audit_fields
+from sharedos_redis.store.keys import Keys
+
+from .store_support import drop_namespace, make_context, namespace_keys
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_record_and_read_back_in_pages(redis: Redis, ns: str) -> None:
+    sink = RedisAuditSink(redis)
+    port: AuditSink = sink
+    events = [audit_event(make_context(ns), "message.accepted", "succeeded", message_id=f"m-{i}")
+              for i in range(5)]
+    try:
+        for event in events:
+            await port.record(event)
+        first = await sink.read(ns, count=2)
+        rest = await sink.read(ns, after=first[-1][0])
+        assert [e for _, e in first + rest] == events
+        assert await sink.read(ns, after=rest[-1][0]) == []
+        assert await sink.read(f"{ns}-other") == []
+        assert await namespace_keys(redis, ns) == {Keys(ns).audit}
+    finally:
+        await drop_namespace(redis, ns)
+
+
+async def test_stream_is_trimmed_to_about_maxlen(redis: Redis, ns: str) -> None:
+    sink = RedisAuditSink(redis, maxlen=10)
+    try:
+        for i in range(300):
+            await sink.record(audit_event(make_context(ns), "budget.set", "succeeded",
+                                          id=f"e-{i}"))
+        length = await redis.xlen(Keys(ns).audit)
+        assert 10 <= length < 300
+        [(_, newest)] = (await sink.read(ns, count=1000))[-1:]
+        assert newest.id == "e-299"
+    finally:
+        await drop_namespace(redis, ns)
+
+
+def test_audit_fields_is_the_stream_entry_layout() -> None:
+    event = audit_event(make_context("n"), "message.accepted", "succeeded", id="e-1")
+    assert audit_fields(event) == ["e", event.to_json()]
+
+
+async def test_unreachable_redis_raises_audit_unavailable(ns: str) -> None:
+    dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    try:
+        with pytest.raises(AuditUnavailable):
+            await RedisAuditSink(dead).record(audit_event(make_context(ns), "budget.set",
+                                                          "succeeded"))
+    finally:
+        await dead.aclose()

@@ -1,0 +1,102 @@
+"""RedisGrantStore: validated in and out, scoped by subject and issuer, revocation by CAS."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from sharedos_redis.errors import ContractError
+from sharedos_redis.kernel.contracts import agent, human
+from sharedos_redis.kernel.ports import GrantSource
+from sharedos_redis.store.grants import RedisGrantStore
+from sharedos_redis.store.keys import Keys
+
+from .store_support import drop_namespace, make_grant, namespace_keys
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_grants_for_returns_only_the_actors_grants_from_that_authority(
+    redis: Redis, ns: str
+) -> None:
+    store = RedisGrantStore(redis)
+    source: GrantSource = store
+    try:
+        await store.put(make_grant(ns, "g-2", issuedAt="2026-02-01T00:00:00Z"))
+        await store.put(make_grant(ns, "g-1"))
+        await store.put(make_grant(ns, "g-other-issuer", issuer=human("mallory")))
+        await store.put(make_grant(ns, "g-alice", subject=agent("alice")))
+        await store.put(make_grant(f"{ns}-x", "g-other-ns"))
+
+        mine = await source.grants_for(ns, agent("bob"), agent("host"))
+
+        assert [g.id for g in mine] == ["g-1", "g-2"]
+        assert [g.id for g in await store.list(ns, agent("bob"))] == [
+            "g-1", "g-other-issuer", "g-2"]  # by issuedAt, then id
+        assert await store.grants_for(ns, human("bob"), agent("host")) == []
+        assert await namespace_keys(redis, ns) == {Keys(ns).grants("agent", "bob"),
+                                                   Keys(ns).grants("agent", "alice")}
+    finally:
+        await drop_namespace(redis, ns)
+        await drop_namespace(redis, f"{ns}-x")
+
+
+async def test_corrupt_stored_grant_raises_so_the_kernel_fails_closed(
+    redis: Redis, ns: str
+) -> None:
+    store = RedisGrantStore(redis)
+    try:
+        await store.put(make_grant(ns))
+        forged = make_grant(ns, "g-x").to_wire() | {"constraints": {"maxUses": 0}}
+        await redis.hset(Keys(ns).grants("agent", "bob"), "g-x", json.dumps(forged))
+        with pytest.raises(ContractError):
+            await store.grants_for(ns, agent("bob"), agent("host"))
+    finally:
+        await drop_namespace(redis, ns)
+
+
+async def test_put_revalidates_a_constructed_grant(redis: Redis, ns: str) -> None:
+    bogus = make_grant(ns).model_construct(**{**dict(make_grant(ns)), "id": ""})
+    with pytest.raises(ContractError):
+        await RedisGrantStore(redis).put(bogus)
+    assert await namespace_keys(redis, ns) == set()
+
+
+async def test_revoke_marks_keeps_the_earliest_and_reports_missing(
+    redis: Redis, ns: str
+) -> None:
+    store = RedisGrantStore(redis)
+    try:
+        await store.put(make_grant(ns))
+        assert await store.revoke(ns, agent("bob"), "g-1", "2026-03-01T00:00:00Z")
+        assert await store.revoke(ns, agent("bob"), "g-1", "2026-04-01T00:00:00Z")
+        [grant] = await store.list(ns, agent("bob"))
+        assert grant.revoked_at == "2026-03-01T00:00:00Z"
+        assert await store.revoke(ns, agent("bob"), "g-1", "2026-02-01T00:00:00Z")
+        [grant] = await store.list(ns, agent("bob"))
+        assert grant.revoked_at == "2026-02-01T00:00:00Z"
+        assert not await store.revoke(ns, agent("bob"), "nope", "2026-02-01T00:00:00Z")
+        assert not await store.revoke(ns, agent("alice"), "g-1", "2026-02-01T00:00:00Z")
+    finally:
+        await drop_namespace(redis, ns)
+
+
+async def test_concurrent_revocations_keep_the_earliest(
+    redis_factory: Callable[[], Awaitable[Redis]], ns: str
+) -> None:
+    clients = [await redis_factory() for _ in range(3)]
+    stores = [RedisGrantStore(client) for client in clients]
+    try:
+        await stores[0].put(make_grant(ns))
+        async with anyio.create_task_group() as tg:
+            for day in range(10, 28):
+                tg.start_soon(stores[day % 3].revoke, ns, agent("bob"), "g-1",
+                              f"2026-05-{day:02d}T00:00:00Z")
+        [grant] = await stores[1].list(ns, agent("bob"))
+        assert grant.revoked_at == "2026-05-10T00:00:00Z"
+    finally:
+        await drop_namespace(clients[0], ns)
