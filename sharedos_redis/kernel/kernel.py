@@ -3,7 +3,10 @@
 Owns :class:`Kernel`. A tool is usable only when it is registered, its tool
 namespace is enabled in the context, and its capability is allowed for the
 context's actor; discovery checks without consuming, invocation consumes
-exactly once. Every decision and outcome is audited. Imports no I/O library.
+exactly once. Invocation repeats the discovery check first, so a tool the actor
+cannot see is ``tool_unavailable`` exactly like an unregistered one (the real
+reason goes to the audit ``cause`` only). Every decision and outcome is
+audited. Imports no I/O library.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ from .tools import (
 )
 
 __all__ = ["Kernel", "utc_now"]
+
+_INFRASTRUCTURE = frozenset({"audit_unavailable", "authority_unavailable",
+                             "usage_store_unavailable"})
+"""Discovery refusals that say nothing about the tool and are reported as themselves."""
 
 
 def utc_now() -> datetime:
@@ -146,8 +153,14 @@ class Kernel:
         if definition.namespace not in context.enabled_tool_namespaces:
             return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"),
                                cause="namespace_disabled")
-        decision = await self.authorizer.consume(context, definition.required_capability,
-                                                 operation_id=call.id)
+        requirement = definition.required_capability
+        visible = await self.authorizer.check(context, requirement, operation_id=call.id)
+        if not visible.allowed:  # hidden like an unregistered tool, unless infrastructure failed
+            code = visible.reason_code
+            if code in _INFRASTRUCTURE:
+                return ToolOutcome(tool_denied(call, self._now(), code))
+            return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"), cause=code)
+        decision = await self.authorizer.consume(context, requirement, operation_id=call.id)
         if not decision.allowed:
             return ToolOutcome(tool_denied(call, self._now(), decision.reason_code))
         try:

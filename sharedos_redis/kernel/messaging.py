@@ -34,9 +34,9 @@ from .contracts import (
     ToolDefinition,
     ToolResult,
     format_timestamp,
-    parse_wire,
 )
 from .ports import AuditSink, MessageRequestRouter, MessageTransport
+from .replies import check_receipt, check_reply
 from .tools import (
     ToolOutcome,
     protocol_error,
@@ -86,7 +86,6 @@ MESSAGES_REQUEST_TOOL: Final = ToolDefinition.from_wire({
 """The ``messages.request`` tool (namespace ``messages``, readWrite ``write``)."""
 
 _ACCEPTED: Final = (DeliveryAccepted, DeliveryDelivered)
-_RECEIPTS: Final = (DeliveryAccepted, DeliveryDelivered, DeliveryDenied, DeliveryFailed)
 
 
 def messaging_requirement(context: AccessContext, recipient: Address) -> CapabilityRequirement:
@@ -119,21 +118,6 @@ def _delivery_outcome(receipt: MessageDeliveryResult) -> AuditOutcome:
     if isinstance(receipt, _ACCEPTED):
         return "succeeded"
     return "denied" if isinstance(receipt, DeliveryDenied) else "failed"
-
-
-def _checked_receipt(raw: object, envelope: MessageEnvelope, at: str) -> MessageDeliveryResult:
-    """The transport's receipt if it is valid and names ``envelope``; else a failed one."""
-    receipt: MessageDeliveryResult | None = None
-    try:
-        wire = raw.to_wire() if isinstance(raw, _RECEIPTS) else raw
-        if isinstance(wire, Mapping):
-            receipt = parse_wire(MessageDeliveryResult, wire)
-    except Exception:  # a hand-built receipt may not even serialise; it is just invalid
-        receipt = None
-    if receipt is None or receipt.message_id != envelope.id:
-        return DeliveryFailed(message_id=envelope.id, timestamp=at,
-                              error=protocol_error("invalid_message_receipt"))
-    return receipt
 
 
 class MessageService:
@@ -183,8 +167,9 @@ class MessageService:
         Raises:
             ContractError: the envelope is malformed (nothing audited or delivered).
         """
-        if not isinstance(envelope, MessageEnvelope):
-            envelope = MessageEnvelope.from_wire(envelope)
+        # An instance is re-parsed too: one built with model_construct skipped validation.
+        envelope = MessageEnvelope.from_wire(
+            envelope.to_wire() if isinstance(envelope, MessageEnvelope) else envelope)
         code = self._context_refusal(context, envelope)
         if code is None and self._transport is None:
             receipt: MessageDeliveryResult = DeliveryFailed(
@@ -231,7 +216,7 @@ class MessageService:
                 receipt = DeliveryFailed(message_id=envelope.id, timestamp=self._now(),
                                          error=protocol_error("message_delivery_failed"))
             else:
-                receipt = _checked_receipt(raw, envelope, self._now())
+                receipt = check_receipt(raw, envelope, self._now())
         await self._audit_sent(context, envelope, receipt)
         return receipt
 
@@ -305,29 +290,9 @@ class MessageService:
         except Exception as exc:  # its text never reaches the caller; cancellation propagates
             return (tool_failed(call, self._now(), "message_reply_resolution_failed"),
                     type(exc).__name__)
-        reply, problem = _check_reply(envelope, raw_reply)
+        reply, problem = check_reply(envelope, raw_reply)
         if reply is None:
             return tool_failed(call, self._now(), "invalid_message_reply"), problem
         return tool_succeeded(call, self._now(), reply.payload,
                               {"messageId": envelope.id, "replyId": reply.id}), None
 
-
-def _check_reply(request: MessageEnvelope, raw: object) -> tuple[MessageEnvelope | None, str]:
-    """Strict reply validation; the reply, or None and the (audit-only) problem."""
-    if not isinstance(raw, MessageEnvelope):
-        return None, "reply_not_an_envelope"
-    try:  # re-validate: a hand-built instance (model_construct) skipped validation
-        reply = MessageEnvelope.from_wire(raw.to_wire())
-    except Exception:
-        return None, "reply_malformed"
-    checks = (
-        (reply.reply_to == request.id, "reply_to_mismatch"),
-        (reply.sender.to_wire() == request.receiver.to_wire(), "reply_sender_mismatch"),
-        (reply.receiver.to_wire() == request.sender.to_wire(), "reply_receiver_mismatch"),
-        (reply.purpose == request.purpose, "reply_purpose_mismatch"),
-        (reply.trace_id == request.trace_id, "reply_trace_mismatch"),
-    )
-    for ok, problem in checks:
-        if not ok:
-            return None, problem
-    return reply, "ok"
