@@ -87,9 +87,9 @@ async def _report(host: object, transcript: Transcript) -> None:
     for record in pending:
         transcript.say(f"  {record.id} {record.sender} -> {record.recipient} "
                        f"[{record.purpose}] {record.state} attempts={record.attempts}")
-    transcript.say("audit summary (event, outcome, reason: count):")
+    transcript.say("audit summary (event, outcome, reason / cause: count):")
     for (kind, outcome, reason), count in sorted((await audit_summary(host)).items()):
-        transcript.say(f"  {kind:24} {outcome:9} {reason or '-':28} {count}")
+        transcript.say(f"  {kind:22} {outcome:9} {reason or '-':45} {count:4}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ class Bob:
         self.transcript = transcript
 
     async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        self.transcript.ask("bob", "alice", turn.purpose)
         result = await host.call("messages.request", {
             "recipient": {"kind": "agent", "agentId": "alice"},
             "payload": {"question": "What is the Atlas status?"},
@@ -49,12 +50,13 @@ class Alice:
 
     async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
         status = await host.call("files.read", {"path": "atlas.md"})
-        self.transcript.tool("alice", "files.read", turn.purpose, status)
+        self.transcript.tool("alice", "files.read", turn.purpose, status, depth=1)
+        self.transcript.ask("alice", "carol", turn.purpose, depth=1)
         note = await host.call("messages.request", {
             "recipient": {"kind": "agent", "agentId": "carol"},
             "payload": {"question": "Anything to add on Atlas?"},
         })
-        self.transcript.tool("alice", "carol", turn.purpose, note)
+        self.transcript.tool("alice", "carol", turn.purpose, note, depth=1)
         return {"status": _outcome(status), "carol": _outcome(note)}
 
 
@@ -72,6 +74,7 @@ class Eve:
         self.transcript = transcript
 
     async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        self.transcript.ask("eve", "alice", turn.purpose)
         result = await host.call("messages.request", {
             "recipient": {"kind": "agent", "agentId": "alice"},
             "payload": {"question": "Send me the Atlas files"},
@@ -87,11 +90,14 @@ class PingPong:
         self.me, self.other, self.transcript = me, other, transcript
 
     async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        depth = turn.message.payload.get("hop", 0) if isinstance(turn.message.payload,
+                                                                  dict) else 0
+        self.transcript.ask(self.me, self.other, turn.purpose, depth=depth)
         result = await host.call("messages.request", {
             "recipient": {"kind": "agent", "agentId": self.other},
-            "payload": {"ball": self.me},
+            "payload": {"ball": self.me, "hop": depth + 1},
         })
-        self.transcript.tool(self.me, self.other, turn.purpose, result)
+        self.transcript.tool(self.me, self.other, turn.purpose, result, depth=depth)
         return _outcome(result)
 
 

@@ -57,5 +57,6 @@ async def audit_summary(host: MessagingHost) -> Counter[tuple[str, str, str]]:
         if not batch:
             return counts
         for _, event in batch:
-            counts[(event.type, event.outcome, event.reason or event.cause or "")] += 1
-        after = "(" + batch[-1][0]
+            why = " / ".join(part for part in (event.reason, event.cause) if part)
+            counts[(event.type, event.outcome, why)] += 1
+        after = batch[-1][0]

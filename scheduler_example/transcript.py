@@ -23,14 +23,19 @@ class Transcript:
         if self.echo:
             print(line, flush=True)
 
-    def tool(self, who: str, target: str, purpose: str, result: ToolResult) -> None:
-        """Record one tool call of ``who`` towards ``target``."""
+    def ask(self, who: str, target: str, purpose: str, depth: int = 0) -> None:
+        """Record that ``who`` is about to call ``target``."""
+        self.say(f"    {'  ' * depth}{who} -> {target} [{purpose}]")
+
+    def tool(self, who: str, target: str, purpose: str, result: ToolResult,
+             depth: int = 0) -> None:
+        """Record what ``who``'s call towards ``target`` came back with."""
+        pad = "  " * depth
         if result.status == "succeeded":
             shown = json.dumps(result.output, separators=(",", ":"))
-            shown = shown if len(shown) <= 110 else shown[:107] + "..."
-            self.say(f"    {who} -> {target} [{purpose}]: ok {shown}")
+            shown = shown if len(shown) <= 100 else shown[:97] + "..."
+            self.say(f"    {pad}{who} <- {target}: ok {shown}")
         else:
             detail = result.error.details or {}
             extra = f" ({detail['outcome']})" if "outcome" in detail else ""
-            self.say(f"    {who} -> {target} [{purpose}]: {result.status} "
-                     f"{result.error.code}{extra}")
+            self.say(f"    {pad}{who} <- {target}: {result.status} {result.error.code}{extra}")

@@ -9,8 +9,10 @@ host object runs in the app process (``start_turn``) and in worker processes.
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -43,12 +45,24 @@ from ..store.client import RedisSettings, create_redis
 from ..store.grants import RedisGrantStore
 from ..store.markers import MarkerStore
 from ..store.usage import RedisGrantUsageStore
+from ..transport.deadlines import deadline_scope
 from ..transport.transport import RedisStreamTransport, TransportSettings
 from .settings import HostSettings
 
-__all__ = ["AgentSpec", "MessagingHost"]
+__all__ = ["AgentSpec", "MessagingHost", "nested_deadline_ms"]
 
 HOST_ADDRESS = service("sharedos-redis")
+
+
+def nested_deadline_ms(start_ms: int, turn_timeout_ms: int) -> int:
+    """The latest deadline a request made inside a turn may have.
+
+    A turn that ends at ``start + timeout`` keeps a margin (a fifth of its time,
+    0.1–2 s) to observe a nested request's outcome and still answer; a nested
+    request may therefore never outlive the turn that waits for it.
+    """
+    margin = min(2000, max(100, turn_timeout_ms // 5))
+    return start_ms + max(1, turn_timeout_ms - margin)
 
 
 @dataclass(frozen=True)
@@ -169,9 +183,17 @@ class MessagingHost:
 
     async def execute(self, agent_id: str, request: ExecutionRequest, *,
                       attempt: int = 1) -> ExecutionResult:
-        """Run one turn of ``agent_id`` through the kernel's TurnExecutor."""
+        """Run one turn of ``agent_id`` through the kernel's TurnExecutor.
+
+        Requests the turn makes are capped to end before the turn does (see
+        :func:`nested_deadline_ms`), so the turn sees their typed outcome instead of
+        being cancelled while it waits.
+        """
         spec = self.agents[agent_id]
-        return await TurnExecutor(self.kernel, spec.runtime).execute(request, attempt=attempt)
+        options = request.options
+        timeout_ms = options.timeout_ms if options and options.timeout_ms else 120_000
+        with deadline_scope(nested_deadline_ms(int(time.time() * 1000), timeout_ms)):
+            return await TurnExecutor(self.kernel, spec.runtime).execute(request, attempt=attempt)
 
     async def start_turn(self, agent_id: str, payload: JsonValue, *, purpose: str,
                          trace_id: str | None = None, hops: int | None = None,

@@ -1,0 +1,161 @@
+"""End to end in one process: app turn → accept → relay → recipient turn → reply → waiter.
+
+Runs on fakeredis and on real Redis (REDIS_URL) with the in-process LocalWorker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from sharedos_redis.kernel.contracts import JsonValue
+from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
+from sharedos_redis.worker.host import MessagingHost
+from sharedos_redis.worker.local import LocalWorker
+
+from .helpers import (
+    answer,
+    ask,
+    drop_namespace,
+    grant,
+    invoke_grant,
+    make_host,
+    put,
+    read_file_handler,
+    send_grant,
+    tool,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
+    yield
+    await drop_namespace(redis, ns)
+
+
+def output(result: Any) -> Any:
+    assert result.status == "succeeded", result
+    return result.output
+
+
+async def test_bob_asks_alice_and_gets_her_reply(redis: Redis, ns: str, cleanup: None) -> None:
+    host = make_host(redis, ns, {"bob": ask("alice", {"q": "status?"}),
+                                 "alice": answer({"status": "green"})})
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
+              invoke_grant(ns, "alice"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(10):
+            result = await host.start_turn("bob", {"tick": 1}, purpose="atlas-status")
+    tool_result = output(result)
+    assert tool_result["status"] == "succeeded"
+    assert tool_result["output"] == {"status": "green"}
+    assert await host.router.pending(ns) == []
+
+
+async def test_alice_runs_as_alice_never_with_bobs_grants(redis: Redis, ns: str,
+                                                           cleanup: None) -> None:
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        own = await host.call("files.alice", {})
+        bobs = await host.call("files.bob", {})
+        return {"own": own.status, "bobs": bobs.status,
+                "bobs_code": bobs.error.code if bobs.status != "succeeded" else None,
+                "offered": sorted(t.name for t in turn.tools)}
+
+    host = make_host(redis, ns, {"bob": ask("alice", {"q": "files?"}), "alice": alice})
+    host.register_tool(tool("files.alice", "files", ("alice",)), read_file_handler)
+    host.register_tool(tool("files.bob", "files", ("bob",)), read_file_handler)
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
+              invoke_grant(ns, "alice"), grant(ns, "alice", "files", ("alice",), "read"),
+              grant(ns, "bob", "files", ("bob",), "read"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(10):
+            result = await host.start_turn("bob", {}, purpose="atlas-status")
+    reply = output(result)["output"]
+    assert reply["own"] == "succeeded"
+    assert reply["bobs"] == "denied" and reply["bobs_code"] == "tool_unavailable"
+    assert "files.bob" not in reply["offered"] and "files.alice" in reply["offered"]
+
+
+async def test_missing_invoke_grant_fails_fast_with_typed_code(redis: Redis, ns: str,
+                                                               cleanup: None) -> None:
+    host = make_host(redis, ns, {"bob": ask("alice", {}), "alice": answer("never")},
+                     request_timeout_s=30, turn_timeout_s=20)
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(5):  # far below the 30 s deadline
+            result = await host.start_turn("bob", {}, purpose="p")
+    failed = output(result)
+    assert failed["status"] == "failed"
+    assert failed["error"]["code"] == "message_reply_resolution_failed"
+    assert failed["error"]["details"] == {"outcome": "recipient_turn_denied"}
+
+
+async def test_unknown_recipient_fails_fast(redis: Redis, ns: str, cleanup: None) -> None:
+    host = make_host(redis, ns, {"bob": ask("zed", {})})
+    await put(host, send_grant(ns, "bob", "zed"), invoke_grant(ns, "bob"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(5):
+            result = await host.start_turn("bob", {}, purpose="p")
+    assert output(result)["error"]["details"] == {"outcome": "recipient_unknown"}
+
+
+async def test_three_deep_chain_with_one_worker(redis: Redis, ns: str, cleanup: None) -> None:
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        note = await host.call("messages.request", {
+            "recipient": {"kind": "agent", "agentId": "carol"}, "payload": {"q": "note?"}})
+        return {"alice": "green", "carol": note.to_wire()}
+
+    host = make_host(redis, ns, {"bob": ask("alice", {}), "alice": alice,
+                                 "carol": answer({"note": "thursday"})}, max_jobs=2)
+    await put(host, send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"),
+              *(invoke_grant(ns, who) for who in ("bob", "alice", "carol")))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(10):
+            result = await host.start_turn("bob", {}, purpose="p")
+    reply = output(result)["output"]
+    assert reply["carol"]["output"] == {"note": "thursday"}
+
+
+async def test_chain_deeper_than_job_slots_ends_typed_not_hanging(
+        redis: Redis, ns: str, cleanup: None) -> None:
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        note = await host.call("messages.request", {
+            "recipient": {"kind": "agent", "agentId": "carol"}, "payload": {}})
+        return note.to_wire()
+
+    host = make_host(redis, ns, {"bob": ask("alice", {}), "alice": alice,
+                                 "carol": answer("unreachable")},
+                     max_jobs=1, request_timeout_s=4, turn_timeout_s=3, lease_s=1)
+    await put(host, send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"),
+              *(invoke_grant(ns, who) for who in ("bob", "alice", "carol")))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(8):
+            result = await host.start_turn("bob", {}, purpose="p")
+    # carol's turn never gets the only job slot (alice's waiting turn holds it): alice's
+    # nested request times out inside her turn, alice still answers, bob gets it.
+    to_alice = output(result)
+    assert to_alice["status"] == "succeeded"
+    to_carol = to_alice["output"]
+    assert to_carol["status"] == "failed"
+    assert to_carol["error"]["details"] == {"outcome": "request_timed_out"}
+
+
+async def test_trace_budget_stops_ping_pong(redis: Redis, ns: str, cleanup: None) -> None:
+    host = make_host(redis, ns, {"ping": ask("pong", {}), "pong": ask("ping", {})})
+    await put(host, send_grant(ns, "ping", "pong"), send_grant(ns, "pong", "ping"),
+              invoke_grant(ns, "ping"), invoke_grant(ns, "pong"))
+    async with host, LocalWorker(host) as worker:
+        with anyio.fail_after(10):
+            result = await host.start_turn("ping", {}, purpose="rally", hops=3)
+    depth, node = 0, output(result)
+    while node.get("status") == "succeeded":
+        depth, node = depth + 1, node["output"]
+    assert depth == 3  # three hops accepted, the fourth refused
+    assert node["error"]["code"] == "message_request_not_accepted"
+    assert worker.outcomes.count("replied") == 3
