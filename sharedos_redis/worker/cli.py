@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -78,6 +79,8 @@ def main(ctx: click.Context, redis_url: str, namespace: str | None, verbose: boo
 
 
 def _load_host(spec: str) -> MessagingHost:
+    if os.getcwd() not in sys.path:  # like uvicorn and arq: import the app from the cwd
+        sys.path.insert(0, os.getcwd())
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter("expected module:attribute, e.g. myapp:host", param_hint="--app")
@@ -97,10 +100,14 @@ def _load_host(spec: str) -> MessagingHost:
 @pass_ctx
 def worker(obj: _Ctx, app: str, burst: bool) -> None:
     """Run an arq worker for the host's agents (relay and reconciler included)."""
+    import logging.config
+
+    from arq.logs import default_log_config
     from arq.worker import run_worker
 
     from .arq_app import worker_settings
 
+    logging.config.dictConfig(default_log_config(obj.verbose))
     host = _load_host(app)
     try:
         run_worker(worker_settings(host), burst=burst)  # type: ignore[arg-type]  # arq accepts a dict
