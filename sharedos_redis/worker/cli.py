@@ -110,7 +110,7 @@ def worker(obj: _Ctx, app: str, burst: bool) -> None:
     logging.config.dictConfig(default_log_config(obj.verbose))
     host = _load_host(app)
     try:
-        run_worker(worker_settings(host), burst=burst)  # type: ignore[arg-type]  # arq accepts a dict
+        run_worker(worker_settings(host), burst=burst)
     except SharedOSError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -232,3 +232,7 @@ def budget_set(obj: _Ctx, trace_id: str, hops: int) -> None:
     namespace = obj.need_namespace()
     obj.run(lambda redis: TraceBudget(redis).set(namespace, trace_id, hops))
     click.echo(f"{trace_id}: {hops}")
+
+
+if __name__ == "__main__":  # python -m sharedos_redis.worker.cli
+    main()

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -24,6 +23,7 @@ from ..errors import ConfigurationError
 from ..kernel.contracts import (
     AccessContext,
     Address,
+    ExecutionOptions,
     ExecutionRequest,
     ExecutionResult,
     JsonValue,
@@ -58,7 +58,7 @@ def nested_deadline_ms(start_ms: int, turn_timeout_ms: int) -> int:
     """The latest deadline a request made inside a turn may have.
 
     A turn that ends at ``start + timeout`` keeps a margin (a fifth of its time,
-    0.1–2 s) to observe a nested request's outcome and still answer; a nested
+    0.1 to 2 s) to observe a nested request's outcome and still answer; a nested
     request may therefore never outlive the turn that waits for it.
     """
     margin = min(2000, max(100, turn_timeout_ms // 5))
@@ -171,14 +171,14 @@ class MessagingHost:
 
     def execution_request(self, agent_id: str, message: MessageEnvelope, *,
                           execution_id: str, timeout_ms: int | None = None) -> ExecutionRequest:
-        """The ExecutionRequest of ``agent_id``'s turn for ``message`` (context from the message)."""
+        """The ExecutionRequest of ``agent_id``'s turn for ``message``."""
         context = self.context_for(agent_id, purpose=message.purpose, trace_id=message.trace_id)
-        options: dict[str, Any] = {}
+        options = None
         if timeout_ms is not None:
-            options["timeout_ms"] = max(1, min(timeout_ms, 600_000))
+            options = ExecutionOptions(timeout_ms=max(1, min(timeout_ms, 600_000)))
         return ExecutionRequest(
             execution_id=execution_id, agent=agent(agent_id), context=context, message=message,
-            tools=self.tool_definitions, options=options or None,
+            tools=self.tool_definitions, options=options,
         )
 
     async def execute(self, agent_id: str, request: ExecutionRequest, *,

@@ -14,7 +14,6 @@ from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import JsonValue
 from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
-from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
 
 from .helpers import (

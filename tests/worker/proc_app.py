@@ -1,0 +1,69 @@
+"""A host for worker processes started by tests: ``--app tests.worker.proc_app:host``.
+
+Configured by environment: SHAREDOS_REDIS_URL, SHAREDOS_NAMESPACE, TEST_MAX_ATTEMPTS.
+alice's behaviour is chosen by the request payload's ``mode``:
+``"reply"`` answers at once; ``"block"`` signals that attempt N started (LPUSH on
+``signals_key``) and then blocks on ``release_key`` (BLPOP) — except from attempt 2
+on, when it answers at once. Signals go through Redis lists so tests synchronise
+on BLPOP, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from redis.asyncio import Redis
+
+from sharedos_redis.kernel.contracts import JsonValue
+from sharedos_redis.kernel.scripted import ScriptedRuntime
+from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
+from sharedos_redis.store.client import RedisSettings, create_redis
+from sharedos_redis.worker.host import AgentSpec, MessagingHost
+from sharedos_redis.worker.settings import HostSettings
+
+from .helpers import OWNER, ask, read_file_handler, tool
+
+
+def signals_key(ns: str) -> str:
+    return f"test:{ns}:signals"
+
+
+def release_key(ns: str) -> str:
+    return f"test:{ns}:release"
+
+
+def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 3,
+          bob_mode: str = "reply", **settings: Any) -> MessagingHost:
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        payload = turn.message.payload if isinstance(turn.message.payload, dict) else {}
+        own = await host.call("files.alice", {})
+        bobs = await host.call("files.bob", {})
+        answer = {"attempt": turn.attempt, "own": own.status, "bobs": bobs.status,
+                  "message_id": turn.message.id}
+        if payload.get("mode") == "block" and turn.attempt == 1:
+            await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
+            await redis.blpop([release_key(ns)], timeout=0)
+        return answer
+
+    values: dict[str, Any] = {"request_timeout_s": 20, "turn_timeout_s": 15, "lease_s": 1,
+                              "reconcile_interval_s": 0.2, "max_attempts": max_attempts,
+                              "claim_idle_s": 1}
+    values.update(settings)
+    agents = {
+        "bob": AgentSpec(ScriptedRuntime(ask("alice", {"mode": bob_mode})), authority=OWNER,
+                         owner=OWNER, tool_namespaces=("messages", "files")),
+        "alice": AgentSpec(ScriptedRuntime(alice), authority=OWNER, owner=OWNER,
+                           tool_namespaces=("messages", "files")),
+    }
+    host = MessagingHost(redis, namespace=ns, agents=agents, settings=HostSettings(**values),
+                         redis_url=url)
+    host.register_tool(tool("files.alice", "files", ("alice",)), read_file_handler)
+    host.register_tool(tool("files.bob", "files", ("bob",)), read_file_handler)
+    return host
+
+
+def host() -> MessagingHost:
+    url = os.environ["SHAREDOS_REDIS_URL"]
+    return build(create_redis(RedisSettings(url=url)), os.environ["SHAREDOS_NAMESPACE"], url=url,
+                 max_attempts=int(os.environ.get("TEST_MAX_ATTEMPTS", "3")))
