@@ -1,0 +1,10 @@
+"""The Redis request router: reply settlement, waiting, timeouts, cancellation, inspection.
+
+Depends on ``store`` and ``kernel``; imports no arq.
+"""
+
+from .inspection import PendingRequest
+from .listener import SettledListener
+from .router import RedisRequestRouter, RouterSettings
+
+__all__ = ["PendingRequest", "RedisRequestRouter", "RouterSettings", "SettledListener"]

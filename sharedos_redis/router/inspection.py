@@ -1,0 +1,128 @@
+"""Inspection of open correlations and of one request's audit timeline (admin paths).
+
+Owns ``PendingRequest`` and the reads behind ``RedisRequestRouter.pending`` and
+``.timeline``. Reads only: the open index and markers in pipelines, the audit
+stream with XRANGE pages. Imports no arq.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..errors import StoreUnavailable, UnknownMessage
+from ..kernel.contracts import AuditEvent
+from ..store.audit import RedisAuditSink
+from ..store.keys import Keys, decode_id
+
+__all__ = ["PendingRequest", "list_pending", "read_timeline"]
+
+_FIELDS = ("from", "to", "purpose", "trace", "state", "created", "deadline", "attempts")
+_CHUNK = 500
+
+
+class PendingRequest(BaseModel):
+    """One open request as ``pending`` lists it.
+
+    ``sender``/``recipient`` are decoded address tags such as ``"agent:bob"``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    sender: str
+    recipient: str
+    purpose: str
+    trace_id: str
+    state: str
+    created_ms: int
+    age_s: float
+    deadline_ms: int
+    attempts: int
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else "" if value is None else str(value)
+
+
+def _address(tag: str) -> str:
+    kind, _, ident = tag.partition(":")
+    return f"{kind}:{decode_id(ident)}"
+
+
+def _row(message_id: str, raw: list[Any], now_ms: int) -> PendingRequest | None:
+    values = [_text(v) for v in raw]
+    if not values[4]:  # the marker expired between the index read and this one
+        return None
+    sender, recipient, purpose, trace, state, created, deadline, attempts = values
+    created_ms = int(created or 0)
+    return PendingRequest(id=message_id, sender=_address(sender), recipient=_address(recipient),
+                          purpose=purpose, trace_id=trace, state=state, created_ms=created_ms,
+                          age_s=max(0, now_ms - created_ms) / 1000,
+                          deadline_ms=int(deadline or 0), attempts=int(attempts or 0))
+
+
+def _wanted(row: PendingRequest, state: str | None, agent: str | None,
+            older_than_s: float | None) -> bool:
+    if state is not None and row.state != state:
+        return False
+    if agent is not None and f"agent:{agent}" not in (row.sender, row.recipient):
+        return False
+    return older_than_s is None or row.age_s >= older_than_s
+
+
+async def list_pending(redis: Redis, namespace: str, *, state: str | None = None,
+                       agent: str | None = None, older_than_s: float | None = None,
+                       limit: int = 100) -> list[PendingRequest]:
+    """Open requests of ``namespace``, earliest deadline first, filtered.
+
+    Args:
+        state: only this marker state (``accepted``, ``dispatched``, ``running``).
+        agent: only requests from or to ``agent:<agent>``.
+        older_than_s: only requests accepted at least this long ago (server clock).
+        limit: the most rows returned.
+
+    Raises:
+        StoreUnavailable: Redis failed.
+    """
+    k, rows, start = Keys(namespace), list[PendingRequest](), 0
+    try:
+        seconds, micros = await redis.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        while len(rows) < limit:
+            ids = [_text(i) for i in await redis.zrange(k.open, start, start + _CHUNK - 1)]
+            if not ids:
+                break
+            pipe = redis.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hmget(k.message(mid), list(_FIELDS))
+            for mid, raw in zip(ids, await pipe.execute(), strict=True):
+                row = _row(mid, raw, now_ms)
+                if row is not None and _wanted(row, state, agent, older_than_s):
+                    rows.append(row)
+            start += _CHUNK
+    except (RedisError, OSError) as exc:
+        raise StoreUnavailable("pending", type(exc).__name__) from exc
+    return rows[:limit]
+
+
+async def read_timeline(redis: Redis, namespace: str, message_id: str) -> list[AuditEvent]:
+    """Every audit event naming ``message_id``, oldest first (scans the audit stream).
+
+    Raises:
+        UnknownMessage: no event names the request.
+        StoreUnavailable: Redis failed.
+    """
+    sink, after, events = RedisAuditSink(redis), "-", list[AuditEvent]()
+    while True:
+        page = await sink.read(namespace, count=1000, after=after)
+        events.extend(event for _, event in page if event.message_id == message_id)
+        if len(page) < 1000:
+            break
+        after = page[-1][0]
+    if not events:
+        raise UnknownMessage(namespace, message_id)
+    return events

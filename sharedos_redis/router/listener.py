@@ -1,0 +1,272 @@
+"""The per-process settlement listener: one Redis connection wakes many local waiters.
+
+Owns ``SettledListener`` (one task, one dedicated connection from the client's pool,
+``XREAD BLOCK`` over the ``Keys.settled`` streams of the namespaces that have
+waiters) and ``guarded`` (how every waiter-side Redis call is bounded: a shared
+``anyio.CapacityLimiter`` plus a timeout). Blocked reads are never cancelled (a
+cancelled blocked read misbehaves on fakeredis and costs a reconnect on Redis):
+the loop uses short blocks and a stop flag. Imports no arq.
+
+Race-free order: a namespace's start position is fixed (the stream's last id, or
+``0-0``) before any waiter of it makes its durable marker check, so a settlement
+either precedes the check (the check sees it) or follows the position (the
+listener delivers it). After a broken connection every registered waiter's marker
+is re-checked durably, so no wake-up is lost even if entries were trimmed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskStatus
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..errors import SharedOSError, StoreUnavailable
+from ..store.keys import TERMINAL_STATES, Keys
+
+__all__ = ["Settled", "SettledListener", "WaitSlot", "guarded"]
+
+log = logging.getLogger("sharedos_redis.router")
+_T = TypeVar("_T")
+_RECHECK_CHUNK = 200
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else "" if value is None else str(value)
+
+
+async def guarded(limiter: anyio.CapacityLimiter, timeout_s: float, operation: str,
+                  call: Callable[[], Awaitable[_T]]) -> _T:
+    """Run one Redis call under ``limiter``, bounded by ``timeout_s``.
+
+    Raises:
+        StoreUnavailable: Redis failed or did not answer in time.
+    """
+    try:
+        with anyio.fail_after(timeout_s):  # the wait for a limiter token counts too
+            async with limiter:
+                return await call()
+    except TimeoutError as exc:
+        raise StoreUnavailable(operation, "timed out") from exc
+    except (RedisError, OSError) as exc:
+        raise StoreUnavailable(operation, type(exc).__name__) from exc
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What one settlement entry carries: the terminal state and the reply JSON or code."""
+
+    state: str
+    result: str
+
+
+class WaitSlot:
+    """The local wake-up of one (namespace, message id); shared by its waiters."""
+
+    __slots__ = ("event", "outcome", "refs")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.outcome: Settled | None = None
+        self.refs = 0
+
+    def settle(self, outcome: Settled) -> None:
+        """Record the first outcome and wake the waiters (later ones are ignored)."""
+        if self.outcome is None:
+            self.outcome = outcome
+            self.event.set()
+
+
+class _Stream:
+    __slots__ = ("error", "idle_since", "key", "namespace", "position", "ready", "waiters")
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace, self.key = namespace, Keys(namespace).settled
+        self.ready = anyio.Event()
+        self.position = "0-0"
+        self.error = False
+        self.waiters = 0
+        self.idle_since = time.monotonic()
+
+
+class SettledListener:
+    """Reads settlement streams on one connection and wakes registered waiters.
+
+    Args:
+        redis: the client; the listener takes one connection of its pool for itself.
+        limiter: bounds the concurrent Redis calls of waiters (shared with the router).
+        block_ms: the ``XREAD BLOCK``; also how long :meth:`stop` may take.
+        timeout_s: bound of each waiter-side call.
+        linger_s: how long a namespace without waiters is still read.
+    """
+
+    def __init__(self, redis: Redis, *, limiter: anyio.CapacityLimiter, block_ms: int,
+                 timeout_s: float, linger_s: float, count: int = 1000) -> None:
+        self._redis, self._limiter = redis, limiter
+        self._block_ms, self._timeout_s, self._linger_s = block_ms, timeout_s, linger_s
+        self._count = count
+        self._streams: dict[str, _Stream] = {}
+        self._slots: dict[tuple[str, str], WaitSlot] = {}
+        self._changed = anyio.Event()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """Ask the loop to end after its current read (at most ``block_ms``)."""
+        self._stopping = True
+        self._changed.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The loop: read, wake, drop idle namespaces; reconnect and re-check on errors."""
+        conn: Redis = self._redis.client()
+        task_status.started()
+        backoff_s = 0.05
+        try:
+            while not self._stopping:
+                positions: dict[Any, Any] = {
+                    s.key: s.position for s in self._streams.values()
+                    if s.ready.is_set() and not s.error}
+                if not positions:
+                    with anyio.move_on_after(self._block_ms / 1000):
+                        await self._changed.wait()
+                    self._changed = anyio.Event()
+                    continue
+                try:
+                    response = await self._read(conn, positions)
+                except (RedisError, OSError) as exc:
+                    log.warning("settlement listener read failed: %s", type(exc).__name__)
+                    await _close(conn)
+                    await anyio.sleep(backoff_s)
+                    backoff_s = min(backoff_s * 2, 1.0)
+                    conn = self._redis.client()
+                    await self._recheck_quietly()
+                    continue
+                backoff_s = 0.05
+                self._deliver(response)
+                self._drop_idle()
+                # a client that answers without suspending (fakeredis) must not starve waiters
+                await anyio.lowlevel.checkpoint()
+        finally:
+            await _close(conn)
+
+    async def _read(self, conn: Redis, positions: dict[Any, Any]) -> Any:
+        return await conn.xread(positions, count=self._count, block=self._block_ms)
+
+    def _deliver(self, response: Any) -> None:
+        by_key = {s.key: s for s in self._streams.values()}
+        for key, entries in response or []:
+            stream = by_key.get(_text(key))
+            if stream is None:
+                continue
+            for entry_id, raw in entries:
+                stream.position = _text(entry_id)
+                if not raw:
+                    continue
+                fields = {_text(k): _text(v) for k, v in raw.items()}
+                slot = self._slots.get((stream.namespace, fields.get("id", "")))
+                if slot is not None:
+                    slot.settle(Settled(fields.get("state", ""), fields.get("result", "")))
+
+    def _drop_idle(self) -> None:
+        cutoff = time.monotonic() - self._linger_s
+        for ns, stream in list(self._streams.items()):
+            if stream.waiters == 0 and stream.ready.is_set() and stream.idle_since < cutoff:
+                del self._streams[ns]
+
+    async def _recheck_quietly(self) -> None:
+        try:
+            await self.recheck()
+        except SharedOSError as exc:
+            log.warning("settlement re-check failed: %s", exc)
+
+    async def recheck(self) -> None:
+        """Read every unsettled waiter's marker durably and wake those that are terminal.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        pending = [key for key, slot in self._slots.items() if slot.outcome is None]
+        for start in range(0, len(pending), _RECHECK_CHUNK):
+            chunk = pending[start:start + _RECHECK_CHUNK]
+
+            async def read(chunk: list[tuple[str, str]] = chunk) -> list[Any]:
+                pipe = self._redis.pipeline(transaction=False)
+                for ns, mid in chunk:
+                    pipe.hmget(Keys(ns).message(mid), ["state", "reply", "code"])
+                rows: list[Any] = await pipe.execute()
+                return rows
+
+            rows = await guarded(self._limiter, self._timeout_s, "recheck", read)
+            for key, (state, reply, code) in zip(chunk, rows, strict=True):
+                slot, st = self._slots.get(key), _text(state)
+                if slot is not None and st in TERMINAL_STATES:
+                    slot.settle(Settled(st, _text(reply if st == "replied" else code)))
+
+    @asynccontextmanager
+    async def watch(self, namespace: str, message_id: str) -> AsyncIterator[WaitSlot]:
+        """Register a waiter for (namespace, message id); yields its slot.
+
+        The namespace's read position is fixed before this yields, so the caller's
+        durable check afterwards cannot miss a settlement.
+
+        Raises:
+            StoreUnavailable: the stream position could not be read.
+        """
+        stream = await self._join(namespace)
+        try:
+            slot = self._slots.setdefault((namespace, message_id), WaitSlot())
+            slot.refs += 1
+            try:
+                yield slot
+            finally:
+                slot.refs -= 1
+                if slot.refs == 0 and self._slots.get((namespace, message_id)) is slot:
+                    del self._slots[(namespace, message_id)]
+        finally:
+            stream.waiters -= 1
+            if stream.waiters == 0:
+                stream.idle_since = time.monotonic()
+
+    async def _join(self, namespace: str) -> _Stream:
+        while True:
+            stream = self._streams.get(namespace)
+            if stream is None:
+                return await self._open(namespace)
+            await stream.ready.wait()
+            if stream.error:
+                raise StoreUnavailable("listen", "settled stream position unavailable")
+            if self._streams.get(namespace) is stream:  # not dropped while we yielded
+                stream.waiters += 1
+                return stream
+
+    async def _open(self, namespace: str) -> _Stream:
+        stream = _Stream(namespace)
+        stream.waiters = 1
+        self._streams[namespace] = stream
+        try:
+            last = await guarded(self._limiter, self._timeout_s, "listen",
+                                 lambda: self._redis.xrevrange(stream.key, "+", "-", count=1))
+        except BaseException:
+            stream.error = True
+            del self._streams[namespace]
+            stream.ready.set()
+            raise
+        stream.position = _text(last[0][0]) if last else "0-0"
+        stream.ready.set()
+        self._changed.set()
+        return stream
+
+
+async def _close(conn: Redis) -> None:
+    with anyio.move_on_after(1, shield=True):
+        # a broken connection may fail to close; it is dropped either way
+        with contextlib.suppress(RedisError, OSError):
+            await conn.aclose()

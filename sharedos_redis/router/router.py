@@ -1,0 +1,254 @@
+"""RedisRequestRouter: the kernel's ``MessageRequestRouter`` on Redis.
+
+Owns waiting for a reply (one :class:`~.listener.SettledListener` per router, so a
+thousand waiters share one reading connection plus ``max_concurrent_checks``
+connections for their durable checks), deadlines, caller cancellation, and the
+host-facing settlement, cancellation and inspection calls. Settlement itself is
+:class:`~sharedos_redis.store.markers.MarkerStore`'s (one Lua script each).
+Imports no arq.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.abc import TaskGroup
+from pydantic import BaseModel, ConfigDict, Field
+from redis.asyncio import Redis
+
+from ..errors import (
+    ConfigurationError,
+    ContractError,
+    RequestCancelled,
+    RequestFailed,
+    RequestTimedOut,
+    SharedOSError,
+    UnknownMessage,
+)
+from ..kernel.contracts import AccessContext, AuditEvent, MessageDeliveryResult, MessageEnvelope
+from ..store.keys import TERMINAL_STATES
+from ..store.markers import FailureState, MarkerStore, Settlement
+from .inspection import PendingRequest, list_pending, read_timeline
+from .listener import Settled, SettledListener, WaitSlot, guarded
+
+__all__ = ["RedisRequestRouter", "RouterSettings"]
+
+
+class RouterSettings(BaseModel):
+    """How the router waits.
+
+    Attributes:
+        listener_block_ms: the listener's ``XREAD BLOCK``; bounds shutdown time and
+            the extra latency of the first request of a namespace new to this process.
+        max_concurrent_checks: Redis calls of waiters in flight at once (connections).
+        grace_ms: how long past the deadline a waiter still waits for a settlement.
+        operation_timeout_ms: bound of each waiter-side Redis call.
+        namespace_linger_s: how long a namespace without waiters is still read.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    listener_block_ms: int = Field(1000, gt=0)
+    max_concurrent_checks: int = Field(16, gt=0)
+    grace_ms: int = Field(250, ge=0)
+    operation_timeout_ms: int = Field(5000, gt=0)
+    namespace_linger_s: float = Field(60.0, ge=0)
+
+
+def _outcome(message_id: str, outcome: Settled) -> MessageEnvelope:
+    """The stored reply of a replied request; the typed error of any other ending."""
+    if outcome.state == "replied":
+        try:
+            return MessageEnvelope.from_json(outcome.result)
+        except ContractError:
+            raise RequestFailed(message_id, "invalid_message_reply") from None
+    if outcome.state == "timed_out":
+        raise RequestTimedOut(message_id)
+    if outcome.state == "cancelled":
+        raise RequestCancelled(message_id)
+    if outcome.state == "dead":
+        raise RequestFailed(message_id, "request_dead_lettered")
+    raise RequestFailed(message_id, outcome.result or "recipient_turn_failed")
+
+
+class RedisRequestRouter:
+    """Resolves replies of requests accepted by the Redis transport.
+
+    Use as ``async with RedisRequestRouter(redis) as router:`` (enter and exit in
+    the same task): entering starts the listener task in the router's own task
+    group; leaving stops it (within ``listener_block_ms``).
+    """
+
+    def __init__(self, redis: Redis, *, settings: RouterSettings | None = None,
+                 markers: MarkerStore | None = None) -> None:
+        self._redis = redis
+        self.settings = settings or RouterSettings()
+        self.markers = markers or MarkerStore(redis)
+        self._limiter = anyio.CapacityLimiter(self.settings.max_concurrent_checks)
+        self._timeout_s = self.settings.operation_timeout_ms / 1000
+        self._listener: SettledListener | None = None
+        self._tg: TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        if self._tg is not None:
+            raise ConfigurationError("the router is already running")
+        s = self.settings
+        listener = SettledListener(self._redis, limiter=self._limiter,
+                                   block_ms=s.listener_block_ms, timeout_s=self._timeout_s,
+                                   linger_s=s.namespace_linger_s)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        try:
+            await tg.start(listener.run)
+        except BaseException as exc:
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._tg, self._listener = tg, listener
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the listener and wait for it (idempotent)."""
+        tg, listener, self._tg = self._tg, self._listener, None
+        if tg is None or listener is None:
+            return
+        listener.stop()
+        await tg.__aexit__(None, None, None)
+
+    async def resolve_reply(self, context: AccessContext, request: MessageEnvelope,
+                            receipt: MessageDeliveryResult) -> MessageEnvelope:
+        """Wait for the settlement of ``request`` (namespace = ``context.namespace_id``).
+
+        Returns:
+            The stored reply envelope (the kernel re-validates it).
+
+        Raises:
+            RequestFailed: settled as failed (``code``) or dead (``request_dead_lettered``).
+            RequestTimedOut: the deadline passed; the marker is now ``timed_out``.
+            RequestCancelled: the request was cancelled by the host.
+            UnknownMessage: no such request in the namespace.
+            StoreUnavailable: Redis failed.
+            ConfigurationError: the router is not running.
+        """
+        listener = self._listener
+        if listener is None or self._tg is None:
+            raise ConfigurationError("enter the router (async with) before resolving replies")
+        ns, mid = context.namespace_id, request.id
+        try:
+            async with listener.watch(ns, mid) as slot:
+                return await self._await_outcome(ns, mid, slot)
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(1, shield=True):
+                await self._cancel_quietly(ns, mid)
+            raise
+
+    async def _durable(self, ns: str, mid: str) -> tuple[Settled, int] | None:
+        state, reply, code, deadline = await guarded(
+            self._limiter, self._timeout_s, "resolve",
+            lambda: self.markers.fields(ns, mid, ("state", "reply", "code", "deadline")))
+        if state is None:
+            return None
+        result = reply if state == "replied" else code
+        return Settled(state, result or ""), int(deadline or 0)
+
+    async def _await_outcome(self, ns: str, mid: str, slot: WaitSlot) -> MessageEnvelope:
+        view = await self._durable(ns, mid)
+        if view is None:
+            raise UnknownMessage(ns, mid)
+        current, deadline_ms = view
+        if current.state in TERMINAL_STATES:
+            return _outcome(mid, current)
+        wait_s = max(0.0, deadline_ms - time.time() * 1000) / 1000 + self.settings.grace_ms / 1000
+        with anyio.move_on_after(wait_s):
+            await slot.event.wait()
+        if slot.outcome is not None:
+            return _outcome(mid, slot.outcome)
+        settlement = await guarded(
+            self._limiter, self._timeout_s, "timeout",
+            lambda: self.markers.settle_failure(ns, mid, state="timed_out",
+                                                code="request_timed_out"))
+        if settlement.settled:
+            raise RequestTimedOut(mid)
+        if slot.outcome is not None:
+            return _outcome(mid, slot.outcome)
+        view = await self._durable(ns, mid)  # lost the race to a real settlement
+        if view is None or view[0].state not in TERMINAL_STATES:
+            raise UnknownMessage(ns, mid)
+        return _outcome(mid, view[0])
+
+    async def _cancel_quietly(self, ns: str, mid: str) -> None:
+        # the cancellation is re-raised regardless; the reconciler expires what stays open
+        with contextlib.suppress(SharedOSError):
+            await guarded(self._limiter, self._timeout_s, "cancel",
+                          lambda: self.markers.settle_failure(ns, mid, state="cancelled",
+                                                              code="request_cancelled"))
+
+    async def settle_reply(self, namespace: str,
+                           reply: MessageEnvelope | dict[str, Any]) -> Settlement:
+        """Settle a request with its reply; a malformed dict is refused, never raised.
+
+        Returns:
+            The settlement; ``invalid_message_reply`` (cause = the first contract
+            error's type) for a dict that is not a valid envelope, audited.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        if not isinstance(reply, MessageEnvelope):
+            try:
+                reply = MessageEnvelope.from_wire(reply)
+            except ContractError as exc:
+                cause = str(exc.errors[0].get("type", "invalid"))[:256] if exc.errors else None
+                named = reply.get("replyTo") if isinstance(reply, dict) else None
+                mid = named.strip() if isinstance(named, str) else ""
+                await self.markers.audit_refusal(namespace, code="invalid_message_reply",
+                                                 cause=cause or "invalid",
+                                                 message_id=mid if 0 < len(mid) <= 256 else None)
+                return Settlement(False, "invalid_message_reply", None, cause)
+        return await self.markers.settle_reply(namespace, reply)
+
+    async def settle_failure(self, namespace: str, message_id: str, *, code: str,
+                             state: FailureState = "failed") -> Settlement:
+        """End an open request without a reply; see :meth:`MarkerStore.settle_failure`.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        return await self.markers.settle_failure(namespace, message_id, state=state, code=code)
+
+    async def cancel(self, namespace: str, message_id: str) -> Settlement:
+        """Cancel an open request (``cancelled``, ``request_cancelled``); its waiter wakes.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        return await self.markers.settle_failure(namespace, message_id, state="cancelled",
+                                                 code="request_cancelled")
+
+    async def pending(self, namespace: str, *, state: str | None = None,
+                      agent: str | None = None, older_than_s: float | None = None,
+                      limit: int = 100) -> list[PendingRequest]:
+        """Open requests, earliest deadline first; see :func:`.inspection.list_pending`.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        return await list_pending(self._redis, namespace, state=state, agent=agent,
+                                  older_than_s=older_than_s, limit=limit)
+
+    async def timeline(self, namespace: str, message_id: str) -> list[AuditEvent]:
+        """The audit events of one request, oldest first (admin path: scans the stream).
+
+        Raises:
+            UnknownMessage: no audit event names the request.
+            StoreUnavailable: Redis failed.
+        """
+        return await read_timeline(self._redis, namespace, message_id)
+

@@ -1,0 +1,310 @@
+"""The pending marker's state machine after dispatch, one atomic script per transition.
+
+``accepted → dispatched → running → replied | failed | timed_out | cancelled | dead``.
+Terminal states never change, with one sanctioned exception: :meth:`MarkerStore.redrive`,
+a human re-drive of a dead letter (``dead → accepted``). Every settlement appends one
+entry ``{id, state, result}`` to ``Keys.settled`` (the reply listener wakes its waiter
+from it) and one audit record to ``Keys.audit`` in the same script. Time inside the
+scripts is the Redis server's ``TIME`` so every process agrees on deadlines and
+leases (a ``clock_ms`` can replace it in tests). Owns no key format (``keys.py`` does);
+imports no arq.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..errors import StoreUnavailable
+from ..kernel.contracts import (
+    AccessContext,
+    AuditEvent,
+    MessageEnvelope,
+    format_timestamp,
+    service,
+)
+from ..kernel.ids import new_id
+from .audit import audit_fields
+from .keys import Keys, address_tag
+from .scripts import Scripts
+
+__all__ = ["HOST_ADDRESS", "ClaimOutcome", "FailureState", "MarkerStore", "Settlement",
+           "TurnClaim"]
+
+ClaimOutcome = Literal["claimed", "busy", "closed", "missing", "dead"]
+FailureState = Literal["failed", "timed_out", "cancelled", "dead"]
+HOST_ADDRESS = service("sharedos-redis")
+"""Actor, authority and owner of host records that no stored request context covers."""
+
+_T = TypeVar("_T")
+_SCAN_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class TurnClaim:
+    """The answer of :meth:`MarkerStore.claim_turn`.
+
+    ``outcome``: ``claimed`` (run the turn), ``busy`` (another live lease), ``closed``
+    (terminal), ``missing`` (no such request) or ``dead`` (max attempts reached, now
+    dead-lettered). ``request``/``requester_context`` are set only when claimed.
+    """
+
+    outcome: ClaimOutcome
+    attempt: int
+    request: MessageEnvelope | None
+    requester_context: AccessContext | None
+    deadline_ms: int
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """The answer of a settlement: ``code`` is ``settled`` or the refusal's reason code."""
+
+    settled: bool
+    code: str
+    state: str | None
+    cause: str | None = None
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
+
+
+def _settlement(raw: list[Any]) -> Settlement:
+    return Settlement(settled=int(raw[0]) == 1, code=_text(raw[1]),
+                      state=_text(raw[2]) or None, cause=_text(raw[3]) or None)
+
+
+class MarkerStore:
+    """Atomic transitions of the pending markers of any namespace.
+
+    Args:
+        redis: the client (``decode_responses=False``).
+        retention_s: how long a terminal marker is kept (PEXPIRE).
+        audit_maxlen / settled_maxlen / dead_maxlen: ``MAXLEN ~`` of those streams.
+        clock_ms: replaces the Redis server's clock (tests only).
+    """
+
+    def __init__(self, redis: Redis, *, retention_s: int = 86_400, audit_maxlen: int = 100_000,
+                 settled_maxlen: int = 10_000, dead_maxlen: int = 100_000,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self._redis = redis
+        self._scripts = Scripts(redis)
+        self._retention_ms = retention_s * 1000
+        self._audit_maxlen, self._settled_maxlen = audit_maxlen, settled_maxlen
+        self._dead_maxlen = dead_maxlen
+        self._clock_ms = clock_ms
+
+    def _now_arg(self) -> str:
+        return "" if self._clock_ms is None else str(self._clock_ms())
+
+    def _at(self) -> str:
+        moment = None if self._clock_ms is None else datetime.fromtimestamp(
+            self._clock_ms() / 1000, UTC)
+        return format_timestamp(moment)
+
+    async def _io(self, operation: str, call: Awaitable[_T]) -> _T:
+        try:
+            return await call
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(operation, type(exc).__name__) from exc
+
+    async def _now_ms(self) -> int:
+        if self._clock_ms is not None:
+            return self._clock_ms()
+        seconds, micros = await self._io("time", self._redis.time())
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def claim_turn(self, namespace: str, message_id: str, *, lease_ms: int,
+                         max_attempts: int, worker: str) -> TurnClaim:
+        """Take the turn lease: ``accepted|dispatched`` or an expired ``running`` → ``running``.
+
+        Returns:
+            The claim; ``attempt`` is the attempt number the turn runs as.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+            ContractError: the stored envelope or context is corrupt.
+        """
+        k = Keys(namespace)
+        raw = await self._scripts.call(
+            "claim_turn", [k.message(message_id), k.leases, k.open, k.settled, k.audit, k.dead],
+            [message_id, lease_ms, max_attempts, worker, self._now_arg(), self._retention_ms,
+             self._settled_maxlen, self._audit_maxlen, self._dead_maxlen, new_id(), self._at()])
+        outcome, attempt, env, ctx = _text(raw[0]), int(raw[1]), raw[2], raw[3]
+        claimed = outcome == "claimed"
+        return TurnClaim(
+            outcome=outcome,  # type: ignore[arg-type]  # the script returns only ClaimOutcome
+            attempt=attempt,
+            request=MessageEnvelope.from_json(env) if claimed else None,
+            requester_context=AccessContext.from_json(ctx) if claimed else None,
+            deadline_ms=int(raw[4]))
+
+    async def renew_lease(self, namespace: str, message_id: str, *, lease_ms: int,
+                          attempt: int) -> bool:
+        """Extend the lease of ``attempt``; False when that attempt no longer holds it.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        k = Keys(namespace)
+        raw = await self._scripts.call("renew_lease", [k.message(message_id), k.leases],
+                                       [message_id, lease_ms, attempt, self._now_arg()])
+        return int(raw) == 1
+
+    async def settle_reply(self, namespace: str, reply: MessageEnvelope) -> Settlement:
+        """Settle the request named by ``reply.replyTo`` with ``reply`` (open → replied).
+
+        Refusals (audited as ``reply.refused``, nothing else changes):
+        ``unknown_request``; ``request_closed`` (cause = the terminal state);
+        ``reply_mismatch`` (cause ``reply_to`` | ``sender`` | ``receiver`` |
+        ``purpose`` | ``trace_id``).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        if reply.reply_to is None:
+            await self.audit_refusal(namespace, code="reply_mismatch", cause="reply_to",
+                                     trace_id=reply.trace_id)
+            return Settlement(False, "reply_mismatch", None, "reply_to")
+        k, mid = Keys(namespace), reply.reply_to
+        attribution = {"namespaceId": namespace, "actor": reply.sender.to_wire(),
+                       "authority": HOST_ADDRESS.to_wire(), "owner": HOST_ADDRESS.to_wire(),
+                       "purpose": reply.purpose, "traceId": reply.trace_id}
+        raw = await self._scripts.call(
+            "settle_reply", [k.message(mid), k.open, k.leases, k.settled, k.audit],
+            [mid, reply.to_json(), address_tag(reply.sender.kind, reply.sender.id),
+             address_tag(reply.receiver.kind, reply.receiver.id), reply.purpose,
+             reply.trace_id, self._now_arg(), self._retention_ms, self._settled_maxlen,
+             self._audit_maxlen, new_id(), self._at(), json.dumps(attribution)])
+        return _settlement(raw)
+
+    async def settle_failure(self, namespace: str, message_id: str, *, state: FailureState,
+                             code: str) -> Settlement:
+        """End an open request without a reply (open → ``state``, storing ``code``).
+
+        Refusals (nothing changes): ``unknown_request``, ``request_closed``.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        k = Keys(namespace)
+        raw = await self._scripts.call(
+            "settle_failure",
+            [k.message(message_id), k.open, k.leases, k.settled, k.audit, k.dead],
+            [message_id, state, code, self._now_arg(), self._retention_ms, self._settled_maxlen,
+             self._audit_maxlen, self._dead_maxlen, new_id(), self._at()])
+        return _settlement(raw)
+
+    async def audit_refusal(self, namespace: str, *, code: str, cause: str | None = None,
+                            message_id: str | None = None, trace_id: str | None = None) -> None:
+        """Record a ``reply.refused`` event for a reply no script could look at.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        event = AuditEvent(
+            id=new_id(), type="reply.refused", outcome="denied", at=self._at(),
+            trace_id=trace_id or "untraced", namespace_id=namespace, actor=HOST_ADDRESS,
+            authority=HOST_ADDRESS, owner=HOST_ADDRESS, purpose="reply settlement",
+            message_id=message_id, reason=code, cause=cause)
+        fields = audit_fields(event)
+        await self._io("audit", self._redis.xadd(
+            Keys(namespace).audit, {fields[0]: fields[1]}, maxlen=self._audit_maxlen,
+            approximate=True))
+
+    async def overdue(self, namespace: str, *, limit: int = 100) -> list[str]:
+        """Open request ids whose deadline passed (server clock), earliest first.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        raw = await self._scripts.call("marker_due", [Keys(namespace).open],
+                                       [self._now_arg(), limit])
+        return [_text(item) for item in raw]
+
+    async def expired_leases(self, namespace: str, *, limit: int = 100) -> list[str]:
+        """Running request ids whose lease passed (server clock), earliest first.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        raw = await self._scripts.call("marker_due", [Keys(namespace).leases],
+                                       [self._now_arg(), limit])
+        return [_text(item) for item in raw]
+
+    async def stale(self, namespace: str, *, state: Literal["accepted", "dispatched"],
+                    older_than_ms: int, limit: int = 100) -> list[str]:
+        """Open ids in ``state`` whose last transition is older than ``older_than_ms``.
+
+        Reads the open index in chunks and the markers in pipelines (reconciler path).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        k, found, start = Keys(namespace), list[str](), 0
+        cutoff = await self._now_ms() - older_than_ms
+        while len(found) < limit:
+            end = start + _SCAN_CHUNK - 1
+            ids = await self._io("stale", self._redis.zrange(k.open, start, end))
+            if not ids:
+                break
+            pipe = self._redis.pipeline(transaction=False)
+            for raw_id in ids:
+                pipe.hmget(k.message(_text(raw_id)), ["state", "updated"])
+            rows = await self._io("stale", pipe.execute())
+            for raw_id, (st, updated) in zip(ids, rows, strict=True):
+                if _text(st) == state and updated is not None and int(updated) <= cutoff:
+                    found.append(_text(raw_id))
+            start += _SCAN_CHUNK
+        return found[:limit]
+
+    async def redrive(self, namespace: str, message_id: str, *, deadline_ms: int) -> bool:
+        """Re-drive a dead letter: ``dead → accepted`` with attempts 0 and a new deadline.
+
+        The one sanctioned exception to "terminal states never change" (a human
+        decision). The request re-enters the open index and the outbox; audited as
+        ``request.redriven``. False when the marker is gone or not dead.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        k = Keys(namespace)
+        raw = await self._scripts.call(
+            "marker_redrive", [k.message(message_id), k.open, k.outbox, k.audit],
+            [message_id, deadline_ms, self._now_arg(), self._retention_ms, self._audit_maxlen,
+             new_id(), self._at()])
+        return int(raw) == 1
+
+    async def dead_letters(self, namespace: str, *, count: int = 100) -> list[dict[str, str]]:
+        """The oldest ``count`` dead letters: ``{stream_id, id, reason, at}`` each.
+
+        An entry stays after a re-drive; the marker's state tells whether it is still dead.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        entries = await self._io("dead_letters",
+                                 self._redis.xrange(Keys(namespace).dead, "-", "+", count=count))
+        return [{"stream_id": _text(entry_id),
+                 **{_text(key): _text(value) for key, value in fields.items()}}
+                for entry_id, fields in entries]
+
+    async def fields(self, namespace: str, message_id: str,
+                     names: tuple[str, ...]) -> list[str | None]:
+        """Read some marker fields (``None`` where absent).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        call = self._redis.hmget(Keys(namespace).message(message_id), list(names))
+        raw: list[Any] = await self._io("read", call)  # type: ignore[arg-type]  # async client
+        return [None if value is None else _text(value) for value in raw]
