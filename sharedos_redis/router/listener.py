@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ..errors import SharedOSError, StoreUnavailable
+from ..faults import fault_point
 from ..store.keys import TERMINAL_STATES, Keys
 
 __all__ = ["Settled", "SettledListener", "WaitSlot", "guarded"]
@@ -173,6 +174,7 @@ class SettledListener:
                 fields = {_text(k): _text(v) for k, v in raw.items()}
                 slot = self._slots.get((stream.namespace, fields.get("id", "")))
                 if slot is not None:
+                    fault_point("listener.before_wake")
                     slot.settle(Settled(fields.get("state", ""), fields.get("result", "")))
 
     def _drop_idle(self) -> None:

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from ..errors import StoreUnavailable
+from ..faults import fault_point
 from ..kernel.contracts import format_timestamp
 from ..kernel.ids import new_id
 from ..store.keys import RELAY_GROUP, Keys
@@ -213,11 +214,13 @@ class OutboxRelay:
             raw = (fields or {}).get(b"id", (fields or {}).get("id"))
             message_id = _text(raw) if raw is not None else None
             if message_id is not None:
+                fault_point("relay.before_wake")
                 try:
                     await self._wake(keys.namespace, message_id)
                 except Exception:  # left pending: claim_stale retries the wake-up
                     _log.warning("wake-up of %s failed; left pending", message_id, exc_info=True)
                     continue
+                fault_point("relay.after_wake")
             await self._dispatch(keys, _text(entry_id), message_id)
             handled += 1
         return handled

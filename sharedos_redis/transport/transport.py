@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 
 from ..errors import AuditUnavailable, ContractError, StoreUnavailable
+from ..faults import fault_point
 from ..kernel.audit import audit_event
 from ..kernel.contracts import (
     AccessContext,
@@ -140,6 +141,7 @@ class RedisStreamTransport:
                                                "the message store is unavailable", retryable=True))
         if status != "accepted":
             return await self._refuse(context, envelope, status, stamp)
+        fault_point("accept.after")
         await self._wake(context.namespace_id, envelope.id)
         return DeliveryAccepted(message_id=envelope.id, timestamp=stamp,
                                 metadata={"deadlineMs": deadline, "hopsLeft": hops})

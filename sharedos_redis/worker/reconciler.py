@@ -19,6 +19,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from ..errors import SharedOSError
+from ..faults import fault_point
 from ..transport.relay import OutboxRelay
 from .host import MessagingHost
 
@@ -46,6 +47,7 @@ class Reconciler:
             settlement = await host.markers.settle_failure(
                 ns, message_id, state="timed_out", code="request_timed_out")
             counts["timed_out"] += int(settlement.settled)
+        fault_point("reconciler.between")
         for message_id in await host.markers.expired_leases(ns):
             await self.rewake(ns, message_id, "lease")
             counts["rerun"] += 1

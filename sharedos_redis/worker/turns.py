@@ -16,6 +16,7 @@ from typing import Final
 import anyio
 
 from ..errors import SharedOSError
+from ..faults import fault_point
 from ..kernel.contracts import (
     ExecutionCancelled,
     ExecutionDenied,
@@ -63,11 +64,13 @@ class TurnRunner:
         host, s = self.host, self.host.settings
         if namespace != host.namespace:
             return "wrong_namespace"
+        fault_point("turn.before_claim")
         claim = await host.markers.claim_turn(
             namespace, message_id, lease_ms=int(s.lease_s * 1000),
             max_attempts=s.max_attempts, worker=self.worker)
         if claim.outcome != "claimed" or claim.request is None:
             return claim.outcome
+        fault_point("turn.after_claim")
         request = claim.request
         receiver = request.receiver
         if receiver.kind != "agent" or host.agent_spec(receiver.id) is None:
@@ -77,7 +80,10 @@ class TurnRunner:
         result = await self._run_leased(claim, request, receiver.id)
         if result is None:
             return "lease_lost"
-        return await self._settle(namespace, request, result)
+        fault_point("turn.before_settle")
+        outcome = await self._settle(namespace, request, result)
+        fault_point("turn.after_settle")
+        return outcome
 
     async def _run_leased(self, claim: TurnClaim, request: MessageEnvelope,
                           agent_id: str) -> ExecutionResult | None:
