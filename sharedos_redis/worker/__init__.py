@@ -1,0 +1,13 @@
+"""The worker side: the host object, recipient turns, reconciler, arq settings, CLI.
+
+Only this package touches asyncio (arq needs it).
+"""
+
+from .host import AgentSpec, MessagingHost
+from .local import LocalWorker
+from .reconciler import Reconciler
+from .settings import HostSettings
+from .turns import TurnRunner
+
+__all__ = ["AgentSpec", "HostSettings", "LocalWorker", "MessagingHost", "Reconciler",
+           "TurnRunner"]
