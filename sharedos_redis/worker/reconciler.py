@@ -7,12 +7,14 @@ many reconcilers may run at once. One pass:
 2. requests past their deadline become ``timed_out`` (waiters wake);
 3. running turns whose lease expired (worker killed) are woken again — the claim
    script re-runs them with attempt + 1, or dead-letters them at ``max_attempts``;
-4. ``dispatched`` requests whose turn never started (job lost) are woken again.
+4. ``dispatched`` requests whose turn never started (job lost), and ``accepted`` ones
+   that lost their outbox entry, are woken again (a full scan, once per ``claim_idle_s``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -37,6 +39,7 @@ class Reconciler:
     def __init__(self, host: MessagingHost, relay: OutboxRelay, rewake: RewakeHook) -> None:
         self.host, self.relay, self.rewake = host, relay, rewake
         self._stopped = False
+        self._next_stale_scan = 0.0
 
     async def reconcile_once(self) -> dict[str, int]:
         """One pass; returns how many requests each step touched."""
@@ -51,11 +54,23 @@ class Reconciler:
         for message_id in await host.markers.expired_leases(ns):
             await self.rewake(ns, message_id, "lease")
             counts["rerun"] += 1
-        stale_ms = int(host.settings.claim_idle_s * 1000)
-        for message_id in await host.markers.stale(ns, state="dispatched", older_than_ms=stale_ms):
-            await self.rewake(ns, message_id, "stale")
-            counts["rewoken"] += 1
+        if time.monotonic() >= self._next_stale_scan:
+            counts["rewoken"] = await self._rewake_stale()
         return counts
+
+    async def _rewake_stale(self) -> int:
+        """Wake requests stuck in ``dispatched`` (job lost) or ``accepted`` with no outbox
+        entry. The scan reads every open marker, so it runs once per ``claim_idle_s``."""
+        host, ns = self.host, self.host.namespace
+        stale_ms = int(host.settings.claim_idle_s * 1000)
+        self._next_stale_scan = time.monotonic() + host.settings.claim_idle_s
+        woken = 0
+        stuck = [*await host.markers.stale(ns, state="dispatched", older_than_ms=stale_ms),
+                 *await host.markers.stale(ns, state="accepted", older_than_ms=3 * stale_ms)]
+        for message_id in stuck:
+            await self.rewake(ns, message_id, "stale")
+            woken += 1
+        return woken
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile every ``reconcile_interval_s`` until :meth:`stop`."""
