@@ -16,7 +16,7 @@ example: $(STAMP)  ## run the example host on an embedded fakeredis
 	$(PY) -m scheduler_example
 
 lint: $(STAMP)
-	$(PY) -m ruff check sharedos_redis scheduler_example tests bench
+	$(PY) -m ruff check sharedos_redis scheduler_example tests $(wildcard bench)
 	$(PY) -m mypy
 
 test: lint  ## lint, type-check and run every test (real Redis too when REDIS_URL is set)

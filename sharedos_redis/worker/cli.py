@@ -21,11 +21,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ..errors import SharedOSError, StoreUnavailable
+from ..kernel.contracts import service
 from ..router.router import RedisRequestRouter
+from ..store.audit import RedisAuditSink
 from ..store.budget import TraceBudget
 from ..store.client import RedisSettings, create_redis
 from ..store.markers import MarkerStore
-from .host import MessagingHost
+from .host import MessagingHost, budget_set_event
 
 __all__ = ["main"]
 
@@ -230,7 +232,13 @@ def budget_get(obj: _Ctx, trace_id: str) -> None:
 def budget_set(obj: _Ctx, trace_id: str, hops: int) -> None:
     """Set (replenish) the hops left for TRACE_ID."""
     namespace = obj.need_namespace()
-    obj.run(lambda redis: TraceBudget(redis).set(namespace, trace_id, hops))
+
+    async def job(redis: Redis) -> None:
+        await TraceBudget(redis).set(namespace, trace_id, hops)
+        await RedisAuditSink(redis).record(budget_set_event(
+            namespace, trace_id, hops, actor=service("sharedos-redis-cli")))
+
+    obj.run(job)
     click.echo(f"{trace_id}: {hops}")
 
 

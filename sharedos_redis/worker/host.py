@@ -23,6 +23,7 @@ from ..errors import ConfigurationError
 from ..kernel.contracts import (
     AccessContext,
     Address,
+    AuditEvent,
     ExecutionOptions,
     ExecutionRequest,
     ExecutionResult,
@@ -49,9 +50,18 @@ from ..transport.deadlines import deadline_scope
 from ..transport.transport import RedisStreamTransport, TransportSettings
 from .settings import HostSettings
 
-__all__ = ["AgentSpec", "MessagingHost", "nested_deadline_ms"]
+__all__ = ["AgentSpec", "MessagingHost", "budget_set_event", "nested_deadline_ms"]
 
 HOST_ADDRESS = service("sharedos-redis")
+
+
+def budget_set_event(namespace: str, trace_id: str, hops: int, *, actor: Address,
+                     purpose: str = "loop-budget") -> AuditEvent:
+    """The ``budget.set`` audit record of a host or operator setting a trace's hops."""
+    return AuditEvent(
+        id=new_id(), type="budget.set", outcome="succeeded", at=format_timestamp(),
+        trace_id=trace_id, namespace_id=namespace, actor=actor, authority=actor, owner=actor,
+        purpose=purpose, metadata={"hops": hops})
 
 
 def nested_deadline_ms(start_ms: int, turn_timeout_ms: int) -> int:
@@ -204,8 +214,10 @@ class MessagingHost:
         new trace and sets its loop budget to ``hops`` (default: the configured hops).
         """
         trace_id = trace_id or f"trace-{uuid.uuid4().hex[:16]}"
-        await self.budget.set(self.namespace, trace_id,
-                              hops if hops is not None else self.settings.default_budget_hops)
+        count = hops if hops is not None else self.settings.default_budget_hops
+        if await self.budget.start(self.namespace, trace_id, count):
+            await self.audit.record(budget_set_event(self.namespace, trace_id, count,
+                                                     actor=HOST_ADDRESS, purpose=purpose))
         message = MessageEnvelope(
             id=new_id(), sender=sender, receiver=agent(agent_id), purpose=purpose,
             payload=payload, trace_id=trace_id, created_at=format_timestamp(),
@@ -214,6 +226,16 @@ class MessagingHost:
         request = self.execution_request(agent_id, message, execution_id=message.id,
                                          timeout_ms=timeout_ms)
         return await self.execute(agent_id, request)
+
+    async def set_budget(self, trace_id: str, hops: int, *, actor: Address = HOST_ADDRESS) -> None:
+        """Replenish (or cut) a trace's loop budget — the only way to add hops; audited.
+
+        Raises:
+            ConfigurationError: ``hops`` is negative.
+            StoreUnavailable: Redis failed.
+        """
+        await self.budget.set(self.namespace, trace_id, hops)
+        await self.audit.record(budget_set_event(self.namespace, trace_id, hops, actor=actor))
 
     async def __aenter__(self) -> Self:
         await self.router.__aenter__()

@@ -177,3 +177,18 @@ def test_cli_one_line_errors(url: str, proc_ns: str) -> None:
     assert down.returncode == 1 and "Traceback" not in down.stderr
     bad = _cli("notaurl://x", proc_ns, "pending")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
+
+
+async def test_cli_budget_and_pending_table(client: Redis, url: str, proc_ns: str) -> None:
+    assert _cli(url, proc_ns, "budget", "get", "t-1").stdout.strip() == "unset"
+    done = _cli(url, proc_ns, "budget", "set", "t-1", "5")
+    assert done.returncode == 0, done.stderr
+    assert _cli(url, proc_ns, "budget", "get", "t-1").stdout.strip() == "5"
+    host = proc_app.build(client, proc_ns)
+    batch = await host.audit.read(proc_ns)
+    assert [(e.type, e.trace_id, (e.metadata or {}).get("hops")) for _, e in batch] == [
+        ("budget.set", "t-1", 5)]
+    table = _cli(url, proc_ns, "pending")
+    assert table.returncode == 0 and table.stdout.strip() == "(none)"
+    usage = _cli(url, "", "pending")
+    assert usage.returncode == 2
