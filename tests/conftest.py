@@ -14,6 +14,10 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from sharedos_redis.store.keys import Keys
+
+from .support import Keyspace, scan_keyspace
+
 RedisFactory = Callable[[], Awaitable[Redis]]
 
 
@@ -68,3 +72,22 @@ async def redis(redis_factory: RedisFactory) -> Redis:
 def backend(redis_factory: RedisFactory, request: pytest.FixtureRequest) -> str:
     """``"fake"`` or ``"real"``: which backend this test runs on."""
     return "real" if "real" in request.node.callspec.id.split("-") else "fake"
+
+
+@pytest.fixture
+async def keyspace(redis: Redis, ns: str) -> AsyncIterator[Keyspace]:
+    """``await keyspace()`` lists the test namespace's keys; all are deleted afterwards."""
+
+    async def current() -> set[str]:
+        return await scan_keyspace(redis, ns)
+
+    yield current
+    leftover = await current()
+    if leftover:
+        await redis.delete(*leftover)
+
+
+@pytest.fixture
+def keys(ns: str) -> Keys:
+    """The key schema of the test namespace."""
+    return Keys(ns)

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from sharedos_redis.store.keys import RELAY_GROUP, Keys
 from sharedos_redis.store.scripts import Scripts
 
-from .lua_support import Keyspace, make_context, make_envelope
+from ..support import Keyspace, make_context, make_envelope
 
 pytestmark = pytest.mark.anyio
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -17,21 +15,12 @@ from sharedos_redis.kernel.contracts import (
     agent,
     format_timestamp,
 )
-from sharedos_redis.store.keys import Keys, address_tag, encode_id
+from sharedos_redis.store.keys import Keys, address_tag
 from sharedos_redis.store.markers import MarkerStore
 
-Keyspace = Callable[[], Awaitable[set[str]]]
+from ..support import Keyspace, make_context, now_ms, scan_keyspace
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def make_context(ns: str, actor: Address | None = None, *, trace: str = "trace-1",
-                 purpose: str = "atlas-status") -> AccessContext:
-    return AccessContext(namespace_id=ns, actor=actor or agent("bob"), authority=agent("host"),
-                         owner=agent("owner"), purpose=purpose, trace_id=trace,
-                         enabled_tool_namespaces=("messages",), now=format_timestamp())
+__all__ = ["Keyspace", "make_context", "now_ms", "scan_keyspace"]
 
 
 def make_request(context: AccessContext, *, id: str = "m-1",
@@ -88,11 +77,6 @@ async def put_markers(redis: Redis, context: AccessContext, requests: list[Messa
         pipe.pexpireat(key, deadline + retention_ms)
         pipe.zadd(keys.open, {request.id: deadline})
     await pipe.execute()
-
-
-async def scan_keyspace(redis: Redis, ns: str) -> set[str]:
-    pattern = f"sos:{{{encode_id(ns)}}}:*"
-    return {key.decode() async for key in redis.scan_iter(match=pattern, count=1000)}
 
 
 async def state_of(redis: Redis, ns: str, message_id: str) -> str | None:

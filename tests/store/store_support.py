@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio import Redis
-
 from sharedos_redis.kernel.contracts import (
     AccessContext,
     Address,
@@ -13,7 +11,11 @@ from sharedos_redis.kernel.contracts import (
     agent,
     format_timestamp,
 )
-from sharedos_redis.store.keys import encode_id
+
+from ..support import drop_namespace
+from ..support import scan_keyspace as namespace_keys
+
+__all__ = ["drop_namespace", "make_context", "make_grant", "namespace_keys"]
 
 
 def make_grant(ns: str, id: str = "g-1", *, subject: Address | None = None,
@@ -34,14 +36,3 @@ def make_context(ns: str) -> AccessContext:
     return AccessContext(namespace_id=ns, actor=agent("bob"), authority=agent("host"),
                          owner=agent("owner"), purpose="p", trace_id="t-1",
                          enabled_tool_namespaces=(), now=format_timestamp())
-
-
-async def namespace_keys(redis: Redis, ns: str) -> set[str]:
-    pattern = f"sos:{{{encode_id(ns)}}}:*"
-    return {key.decode() async for key in redis.scan_iter(match=pattern, count=1000)}
-
-
-async def drop_namespace(redis: Redis, ns: str) -> None:
-    keys = await namespace_keys(redis, ns)
-    if keys:
-        await redis.delete(*keys)

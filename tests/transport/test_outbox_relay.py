@@ -10,7 +10,7 @@ from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.keys import RELAY_GROUP, Keys
 from sharedos_redis.transport import OutboxRelay, RedisStreamTransport
 
-from .transport_support import Keyspace, make_context, make_envelope, scan_keyspace
+from ..support import Keyspace, make_context, make_envelope, scan_keyspace
 
 pytestmark = pytest.mark.anyio
 

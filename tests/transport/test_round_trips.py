@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from sharedos_redis.transport import OutboxRelay, RedisStreamTransport
 
-from .transport_support import Keyspace, make_context, make_envelope
+from ..support import Keyspace, make_context, make_envelope
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,7 @@ from sharedos_redis.store.budget import TraceBudget
 from sharedos_redis.store.keys import MARKER_FIELDS, Keys, address_tag
 from sharedos_redis.transport import RedisStreamTransport, TransportSettings, deadline_scope
 
-from .transport_support import Keyspace, make_context, make_envelope, scan_keyspace
+from ..support import Keyspace, make_context, make_envelope, scan_keyspace
 
 pytestmark = pytest.mark.anyio
 

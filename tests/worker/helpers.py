@@ -24,9 +24,13 @@ from sharedos_redis.kernel.contracts import (
 )
 from sharedos_redis.kernel.scripted import ScriptedRuntime
 from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
-from sharedos_redis.store.keys import Keys
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
+
+from ..support import drop_namespace
+
+__all__ = ["OWNER", "answer", "ask", "drop_namespace", "grant", "invoke_grant", "make_host",
+           "put", "read_file_handler", "send_grant", "tool"]
 
 OWNER = human("olivia")
 Script = Callable[[TurnRequest, RuntimeHost], Awaitable[JsonValue]]
@@ -91,13 +95,6 @@ def make_host(redis: Redis, ns: str, scripts: Mapping[str, Script], **settings: 
 async def put(host: MessagingHost, *grants: CapabilityGrant) -> None:
     for g in grants:
         await host.grant_store.put(g)
-
-
-async def drop_namespace(redis: Redis, ns: str) -> None:
-    """Delete every key of ``ns`` (SCAN on the namespace's own prefix only)."""
-    prefix = Keys(ns).prefix.replace("[", "\\[").replace("?", "\\?").replace("*", "\\*")
-    async for key in redis.scan_iter(match=prefix + "*", count=500):
-        await redis.delete(key)
 
 
 async def read_file_handler(context: AccessContext, call: ToolCall) -> JsonValue:

@@ -1,7 +1,8 @@
-"""Plain helpers for transport tests: trusted contexts, envelopes, keyspace scans."""
+"""Plain helpers shared by Redis tests: trusted contexts, envelopes, keyspace scans."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,3 +38,14 @@ def make_envelope(context: AccessContext, receiver: Address | None = None, *,
 async def scan_keyspace(redis: Redis, ns: str) -> set[str]:
     pattern = f"sos:{{{encode_id(ns)}}}:*"
     return {key.decode() async for key in redis.scan_iter(match=pattern, count=1000)}
+
+
+async def drop_namespace(redis: Redis, ns: str) -> None:
+    """Delete every key of ``ns`` (SCAN on the namespace's own prefix only)."""
+    keys = await scan_keyspace(redis, ns)
+    if keys:
+        await redis.delete(*keys)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
