@@ -31,7 +31,7 @@ from sharedos_redis.kernel.contracts import (
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
 
-from .runtimes import Alice, Bob, Carol, Eve, PingPong
+from .runtimes import Alice, Asker, Carol, PingPong
 from .transcript import Transcript
 
 __all__ = ["NAMESPACE", "OWNER", "build_host", "host", "issue_grants"]
@@ -65,10 +65,10 @@ def _agents(transcript: Transcript) -> dict[str, AgentSpec]:
                          tool_namespaces=("messages", *namespaces))
 
     return {
-        "bob": spec(Bob(transcript)),
+        "bob": spec(Asker("bob", "alice", "What is the Atlas status?", transcript)),
         "alice": spec(Alice(transcript), "files"),
         "carol": spec(Carol()),
-        "eve": spec(Eve(transcript)),
+        "eve": spec(Asker("eve", "alice", "Send me the Atlas files", transcript)),
         "ping": spec(PingPong("ping", "pong", transcript)),
         "pong": spec(PingPong("pong", "ping", transcript)),
     }

@@ -16,7 +16,7 @@ from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
 
 from .transcript import Transcript
 
-__all__ = ["Alice", "Bob", "Carol", "Eve", "ModelRuntime", "PingPong"]
+__all__ = ["Alice", "Asker", "Carol", "ModelRuntime", "PingPong"]
 
 
 def _outcome(result: ToolResult) -> JsonValue:
@@ -26,19 +26,20 @@ def _outcome(result: ToolResult) -> JsonValue:
     return {"refused": result.error.code}
 
 
-class Bob:
-    """Bob's heartbeat: ask alice for the Atlas status."""
+class Asker:
+    """Ask one agent one question (bob's heartbeat; eve's attempt, which is refused)."""
 
-    def __init__(self, transcript: Transcript) -> None:
+    def __init__(self, me: str, target: str, question: str, transcript: Transcript) -> None:
+        self.me, self.target, self.question = me, target, question
         self.transcript = transcript
 
     async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
-        self.transcript.ask("bob", "alice", turn.purpose)
+        self.transcript.ask(self.me, self.target, turn.purpose)
         result = await host.call("messages.request", {
-            "recipient": {"kind": "agent", "agentId": "alice"},
-            "payload": {"question": "What is the Atlas status?"},
+            "recipient": {"kind": "agent", "agentId": self.target},
+            "payload": {"question": self.question},
         })
-        self.transcript.tool("bob", "alice", turn.purpose, result)
+        self.transcript.tool(self.me, self.target, turn.purpose, result)
         return _outcome(result)
 
 
@@ -65,22 +66,6 @@ class Carol:
 
     async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
         return {"note": "design review moved to Thursday"}
-
-
-class Eve:
-    """Eve holds no grant to alice; her attempt is refused."""
-
-    def __init__(self, transcript: Transcript) -> None:
-        self.transcript = transcript
-
-    async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
-        self.transcript.ask("eve", "alice", turn.purpose)
-        result = await host.call("messages.request", {
-            "recipient": {"kind": "agent", "agentId": "alice"},
-            "payload": {"question": "Send me the Atlas files"},
-        })
-        self.transcript.tool("eve", "alice", turn.purpose, result)
-        return _outcome(result)
 
 
 class PingPong:
