@@ -62,6 +62,16 @@ EXECUTION_NAMESPACE: Final = "sharedos.execution"
 MESSAGES_TOOL_NAMESPACE: Final = "messages"
 MESSAGES_REQUEST: Final = "messages.request"
 
+_RECIPIENT_FIELDS = (("agent", "agentId"), ("human", "userId"), ("group", "conversationId"),
+                     ("service", "serviceId"))
+
+
+def _recipient_schema(kind: str, field: str) -> dict[str, object]:
+    return {"type": "object", "additionalProperties": False, "required": ["kind", field],
+            "properties": {"kind": {"const": kind},
+                           field: {"type": "string", "minLength": 1, "maxLength": 256}}}
+
+
 MESSAGES_REQUEST_TOOL: Final = ToolDefinition.from_wire({
     "name": MESSAGES_REQUEST,
     "description": "Send a request message to one recipient and return the payload of its reply.",
@@ -71,7 +81,8 @@ MESSAGES_REQUEST_TOOL: Final = ToolDefinition.from_wire({
     "inputSchema": {
         "type": "object",
         "properties": {
-            "recipient": {"type": "object", "description": "An address: {kind, <kind>Id}."},
+            "recipient": {"description": "Who should answer.", "oneOf": [
+                _recipient_schema(kind, field) for kind, field in _RECIPIENT_FIELDS]},
             "payload": {"description": "Any JSON value."},
         },
         "required": ["recipient", "payload"],
