@@ -114,6 +114,11 @@ class RedisRequestRouter:
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.aclose()
 
+    @property
+    def running(self) -> bool:
+        """Whether the listener runs (``resolve_reply`` needs it)."""
+        return self._listener is not None
+
     async def aclose(self) -> None:
         """Stop the listener and wait for it (idempotent)."""
         tg, listener, self._tg = self._tg, self._listener, None

@@ -212,7 +212,14 @@ class MessagingHost:
 
         The host authors the message (``sender`` defaults to the host service), opens a
         new trace and sets its loop budget to ``hops`` (default: the configured hops).
+
+        Raises:
+            ConfigurationError: the host is not entered (``async with host:``), so no
+                reply listener runs, or it does not run ``agent_id``.
         """
+        if not self.router.running:
+            raise ConfigurationError("enter the host first: `async with host:` starts the "
+                                     "reply listener that requests made in turns wait on")
         trace_id = trace_id or f"trace-{uuid.uuid4().hex[:16]}"
         count = hops if hops is not None else self.settings.default_budget_hops
         if await self.budget.start(self.namespace, trace_id, count):

@@ -158,3 +158,13 @@ async def test_trace_budget_stops_ping_pong(redis: Redis, ns: str, cleanup: None
     assert depth == 3  # three hops accepted, the fourth refused
     assert node["error"]["code"] == "message_request_not_accepted"
     assert worker.outcomes.count("replied") == 3
+
+
+async def test_start_turn_outside_the_host_context_is_refused(redis: Redis, ns: str) -> None:
+    from sharedos_redis.errors import ConfigurationError
+
+    host = make_host(redis, ns, {"bob": answer(None)})
+    with pytest.raises(ConfigurationError, match="async with host"):
+        await host.start_turn("bob", {}, purpose="p")
+    with pytest.raises(ConfigurationError):
+        host.context_for("nobody", purpose="p", trace_id="t")
