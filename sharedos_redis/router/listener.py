@@ -86,6 +86,11 @@ class WaitSlot:
             self.outcome = outcome
             self.event.set()
 
+    def rearm(self, woken_by: anyio.Event) -> None:
+        """Forget a wake-up the marker did not confirm (once per ``woken_by`` event)."""
+        if self.event is woken_by:
+            self.event, self.outcome = anyio.Event(), None
+
 
 class _Stream:
     __slots__ = ("error", "idle_since", "key", "namespace", "position", "ready", "waiters")

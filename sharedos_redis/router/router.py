@@ -170,19 +170,25 @@ class RedisRequestRouter:
         current, deadline_ms = view
         if current.state in TERMINAL_STATES:
             return _outcome(mid, current)
-        wait_s = max(0.0, deadline_ms - time.time() * 1000) / 1000 + self.settings.grace_ms / 1000
-        with anyio.move_on_after(wait_s):
-            await slot.event.wait()
-        if slot.outcome is not None:
-            return _outcome(mid, slot.outcome)
+        end_s = deadline_ms / 1000 + self.settings.grace_ms / 1000
+        while (wait_s := end_s - time.time()) > 0:
+            woken_by = slot.event
+            with anyio.move_on_after(wait_s):
+                await woken_by.wait()
+            if slot.outcome is None:
+                break
+            # A settled-stream entry is only a hint: anyone able to XADD could forge one.
+            # The marker, written by the settle scripts alone, is the authority.
+            view = await self._durable(ns, mid)
+            if view is not None and view[0].state in TERMINAL_STATES:
+                return _outcome(mid, view[0])
+            slot.rearm(woken_by)
         settlement = await guarded(
             self._limiter, self._timeout_s, "timeout",
             lambda: self.markers.settle_failure(ns, mid, state="timed_out",
                                                 code="request_timed_out"))
         if settlement.settled:
             raise RequestTimedOut(mid)
-        if slot.outcome is not None:
-            return _outcome(mid, slot.outcome)
         view = await self._durable(ns, mid)  # lost the race to a real settlement
         if view is None or view[0].state not in TERMINAL_STATES:
             raise UnknownMessage(ns, mid)

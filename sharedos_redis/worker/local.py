@@ -10,6 +10,7 @@ fakeredis, and single-process hosts. Use::
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from types import TracebackType
@@ -24,6 +25,8 @@ from .services import WorkerServices
 from .turns import TurnRunner
 
 __all__ = ["LocalWorker"]
+
+log = logging.getLogger("sharedos_redis.worker")
 
 
 class LocalWorker:
@@ -55,7 +58,11 @@ class LocalWorker:
 
     async def _turn(self, namespace: str, message_id: str) -> None:
         async with self._limiter:
-            self.outcomes.append(await self.runner.run_safely(namespace, message_id))
+            try:
+                self.outcomes.append(await self.runner.run_safely(namespace, message_id))
+            except Exception:  # one broken turn must not stop the worker; its lease expires
+                log.exception("turn %s/%s crashed", namespace, message_id)
+                self.outcomes.append("crashed")
 
     async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()

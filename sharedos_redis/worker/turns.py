@@ -102,9 +102,13 @@ class TurnRunner:
                 period = s.lease_s / 3
                 while True:
                     await anyio.sleep(period)
-                    ok = await host.markers.renew_lease(
-                        host.namespace, request.id, lease_ms=int(s.lease_s * 1000),
-                        attempt=claim.attempt)
+                    try:
+                        ok = await host.markers.renew_lease(
+                            host.namespace, request.id, lease_ms=int(s.lease_s * 1000),
+                            attempt=claim.attempt)
+                    except SharedOSError as exc:  # Redis blipped: try again next period
+                        log.warning("lease renewal of %s failed: %s", request.id, exc)
+                        continue
                     if not ok:
                         lost = True
                         tg.cancel_scope.cancel()

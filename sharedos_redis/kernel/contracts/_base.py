@@ -47,6 +47,7 @@ __all__ = [
     "Purpose",
     "Timestamp",
     "Versioned",
+    "encodable",
     "format_timestamp",
     "parse_json",
     "parse_wire",
@@ -69,7 +70,20 @@ Lax = Strict(False)
 _SEGMENT_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
+def encodable(value: str) -> bool:
+    """Whether ``value`` is valid Unicode text (no lone surrogates), i.e. encodes as UTF-8."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_segment(value: str) -> str:
+    if not encodable(value):
+        raise PydanticCustomError("string_unicode", "not valid Unicode text")
     if not 1 <= len(value) <= 256:
         raise PydanticCustomError("path_segment", "path segments have 1 to 256 characters")
     if value != value.strip():
@@ -150,7 +164,11 @@ def _check_json(value: object) -> Any:
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if item is None or isinstance(item, str | bool | int):
+        if isinstance(item, str):
+            if not encodable(item):
+                raise PydanticCustomError("json_value", "strings must be valid Unicode text")
+            continue
+        if item is None or isinstance(item, bool | int):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
@@ -163,8 +181,9 @@ def _check_json(value: object) -> Any:
             stack.extend((child, depth + 1) for child in item)
         elif isinstance(item, dict):
             for key, child in item.items():
-                if not isinstance(key, str):
-                    raise PydanticCustomError("json_value", "JSON object keys are strings")
+                if not isinstance(key, str) or not encodable(key):
+                    raise PydanticCustomError("json_value",
+                                              "JSON object keys are valid Unicode strings")
                 stack.append((child, depth + 1))
         else:
             raise PydanticCustomError("json_value", "not a JSON value: {kind}",

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
-from ._base import Contract, Identifier
+from ._base import Contract, Identifier, encodable
 
 __all__ = [
     "Address",
@@ -82,6 +82,8 @@ def _recipient_id(value: str) -> str:
         raise PydanticCustomError(
             "recipient_id", "recipient identifiers must not be empty or padded with whitespace"
         )
+    if not encodable(value):
+        raise PydanticCustomError("recipient_id", "recipient identifiers must be valid Unicode")
     if len(value) > 256:
         raise PydanticCustomError(
             "recipient_id", "recipient identifiers have at most 256 code points"

@@ -1,0 +1,1 @@
+"""The fault and adversarial suite: crash matrix, Redis faults, forged input, load."""
