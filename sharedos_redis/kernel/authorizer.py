@@ -26,7 +26,9 @@ Choices where the SPEC leaves room (documented deviations):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +70,10 @@ class _Outcome:
         return self.reason == "allowed"
 
 
+_SNAPSHOT: ContextVar[dict[tuple[str, Any, Any], Any] | None] = ContextVar(
+    "sharedos_grant_snapshot", default=None)
+
+
 class CapabilityAuthorizer:
     """Answers "may this context do this action on this resource?" from trusted grants.
 
@@ -84,6 +90,22 @@ class CapabilityAuthorizer:
         self._grants = grants
         self._usage = usage
         self._audit = audit
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Within the block, load the grants of each (namespace, actor, authority) once.
+
+        SharedOS resolves a turn's authority once; the kernel wraps each operation
+        (and the turn executor each turn) in a snapshot so discovery, admission and
+        consumption decide against one grant set. Use counters are never cached.
+        Nested snapshots share the outermost one.
+        """
+        token = _SNAPSHOT.set({}) if _SNAPSHOT.get() is None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                _SNAPSHOT.reset(token)
 
     async def check(
         self,
@@ -208,6 +230,16 @@ class CapabilityAuthorizer:
         return _Outcome("no_matching_grant")
 
     async def _load(self, context: AccessContext) -> Sequence[CapabilityGrant] | _Outcome:
+        cache = _SNAPSHOT.get()
+        if cache is None:
+            return await self._fetch(context)
+        key = (context.namespace_id, context.actor, context.authority)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = await self._fetch(context)
+        return found
+
+    async def _fetch(self, context: AccessContext) -> Sequence[CapabilityGrant] | _Outcome:
         try:
             answer = await self._grants.grants_for(
                 context.namespace_id, context.actor, context.authority

@@ -11,9 +11,10 @@ audited. Imports no I/O library.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import ContractError
 from .audit import audit_event
@@ -61,6 +62,23 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_grant_set(
+    method: Callable[Concatenate[Kernel, _P], Coroutine[Any, Any, _R]],
+) -> Callable[Concatenate[Kernel, _P], Coroutine[Any, Any, _R]]:
+    """Run a kernel operation inside one grant snapshot (see CapabilityAuthorizer.snapshot)."""
+
+    @functools.wraps(method)
+    async def wrapper(kernel: Kernel, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with kernel.authorizer.snapshot():
+            return await method(kernel, *args, **kwargs)
+
+    return wrapper
+
+
 class Kernel:
     """The SharedOS kernel of one host.
 
@@ -104,6 +122,7 @@ class Kernel:
         """
         self._tools.register(definition, handler)
 
+    @_one_grant_set
     async def list_tools(self, context: AccessContext) -> list[ToolDefinition]:
         """The tools usable in ``context``; checks without consuming any use.
 
@@ -126,6 +145,7 @@ class Kernel:
             metadata={"count": len(tools)}))
         return tools
 
+    @_one_grant_set
     async def invoke_tool(self, context: AccessContext,
                           call: ToolCall | Mapping[str, Any]) -> ToolResult:
         """Invoke one tool call in ``context``; refusals and failures are results.
@@ -184,6 +204,7 @@ class Kernel:
             operation_id=call.id, reason=error.code if error is not None else None,
             cause=outcome.cause, message_id=outcome.message_id, receiver=outcome.receiver))
 
+    @_one_grant_set
     async def send_message(self, context: AccessContext,
                            envelope: MessageEnvelope | Mapping[str, Any]) -> MessageDeliveryResult:
         """Deliver a host-authored envelope (SPEC §3 send_message).
@@ -197,6 +218,7 @@ class Kernel:
         """
         return await self._messaging.send(context, envelope)
 
+    @_one_grant_set
     async def admit_turn(self, context: AccessContext,
                          agent: AgentAddress) -> AuthorizationDecision:
         """Consume ``sharedos.execution``/invoke on ``["agent", id]`` for a turn of ``agent``."""

@@ -54,6 +54,8 @@ def checked_context(context: AccessContext) -> tuple[AccessContext, int] | None:
     empty purpose or traceId, an unparseable ``now`` and anything else malformed.
     """
     try:
+        if type(context) is AccessContext and context.is_validated:
+            return context, timestamp_ms(context.now)
         checked = AccessContext.from_wire(context.to_wire())
         return checked, timestamp_ms(checked.now)
     except Exception:  # any failure to re-validate means the context is unusable
@@ -65,7 +67,10 @@ def checked_requirement(
 ) -> CapabilityRequirement | None:
     """Re-validate a request; None when malformed or its owner is not ``context.owner``."""
     try:
-        checked = CapabilityRequirement.from_wire(requirement.to_wire())
+        if type(requirement) is CapabilityRequirement and requirement.is_validated:
+            checked = requirement
+        else:
+            checked = CapabilityRequirement.from_wire(requirement.to_wire())
     except Exception:  # any failure to re-validate means the request is unusable
         return None
     owner = checked.resource.owner
@@ -84,6 +89,8 @@ def grant_in_scope(grant: CapabilityGrant, context: AccessContext) -> bool:
 def _checked_grant(grant: object) -> CapabilityGrant | None:
     if not isinstance(grant, CapabilityGrant):
         return None
+    if type(grant) is CapabilityGrant and grant.is_validated:
+        return grant
     try:
         return CapabilityGrant.from_wire(grant.to_wire())
     except Exception:  # a model_construct'd grant may fail anywhere in the round trip

@@ -109,6 +109,12 @@ class TurnExecutor:
         """
         if not isinstance(request, ExecutionRequest):
             request = ExecutionRequest.from_wire(request)
+        # SharedOS resolves a turn's authority once: one grant snapshot for the whole turn
+        # (use counters stay live, so maxUses is still spent exactly).
+        with self._kernel.authorizer.snapshot():
+            return await self._execute(request, attempt)
+
+    async def _execute(self, request: ExecutionRequest, attempt: int) -> ExecutionResult:
         started = self._now()
         log = EventLog(request.execution_id, request.context.trace_id, self._ids, self._clock)
         code = _envelope_refusal(request)

@@ -23,6 +23,7 @@ from .scripts import Scripts
 __all__ = ["RedisGrantStore"]
 
 _SWAP_ATTEMPTS: Final = 64
+_PARSE_CACHE: Final = 4096
 
 
 def _key(namespace_id: str, subject: Address) -> str:
@@ -38,6 +39,7 @@ class RedisGrantStore:
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._parsed: dict[bytes, CapabilityGrant] = {}
         self._scripts = Scripts(redis)
 
     async def put(self, grant: CapabilityGrant) -> None:
@@ -96,7 +98,19 @@ class RedisGrantStore:
                                 self._redis.hvals(_key(namespace_id, subject)))
         except (RedisError, OSError) as exc:
             raise StoreUnavailable("grants.list", type(exc).__name__) from exc
-        return sorted((CapabilityGrant.from_json(raw) for raw in stored), key=_sort_key)
+        return sorted((self._parse(raw) for raw in stored), key=_sort_key)
+
+    def _parse(self, raw: bytes | str) -> CapabilityGrant:
+        """Parse stored grant JSON, remembering recent parses (grants are frozen and a
+        changed grant is different JSON, so a cached parse is never stale)."""
+        key = raw if isinstance(raw, bytes) else raw.encode()
+        grant = self._parsed.get(key)
+        if grant is None:
+            grant = CapabilityGrant.from_json(raw)
+            if len(self._parsed) >= _PARSE_CACHE:
+                self._parsed.pop(next(iter(self._parsed)))
+            self._parsed[key] = grant
+        return grant
 
     async def grants_for(
         self, namespace_id: str, actor: Address, authority: Address

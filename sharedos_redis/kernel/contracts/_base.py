@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     PlainValidator,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     Strict,
     StringConstraints,
@@ -38,6 +39,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "PROTOCOL_VERSION",
     "Action",
+    "Checked",
     "Contract",
     "Identifier",
     "JsonObject",
@@ -201,6 +203,19 @@ JsonValue = Annotated[Any, PlainValidator(_check_json)]
 JsonObject = Annotated[dict[str, Any], PlainValidator(_check_json_object)]
 
 
+_OPTIONAL: dict[type, tuple[tuple[str, tuple[str, ...]], ...]] = {}
+
+
+def _optional_fields(cls: type[BaseModel]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(field name, its dump keys) of ``cls``'s optional fields, computed once per class."""
+    found = _OPTIONAL.get(cls)
+    if found is None:
+        found = _OPTIONAL[cls] = tuple(
+            (name, tuple({field.alias or name, name}))
+            for name, field in cls.model_fields.items() if not field.is_required())
+    return found
+
+
 class Contract(BaseModel):
     """Base of every wire model: strict, frozen, unknown keys rejected, camelCase aliases.
 
@@ -239,10 +254,10 @@ class Contract(BaseModel):
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = cast(dict[str, Any], handler(self))
-        for name, field in type(self).model_fields.items():
-            if not field.is_required() and getattr(self, name) is None:
-                data.pop(field.alias or name, None)
-                data.pop(name, None)
+        for name, keys in _optional_fields(type(self)):
+            if getattr(self, name) is None:
+                for key in keys:
+                    data.pop(key, None)
         return data
 
     @classmethod
@@ -267,6 +282,34 @@ class Contract(BaseModel):
     def to_json(self) -> str:
         """The wire form as compact JSON text."""
         return self.model_dump_json(by_alias=True)
+
+
+class Checked(Contract):
+    """A contract that remembers it was validated (``is_validated``).
+
+    ``model_construct`` and ``model_copy(update=...)`` skip validation; instances made
+    that way report False, so the authorizer re-validates them before trusting them
+    and skips the costly round trip for everything else.
+    """
+
+    _validated: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="after")
+    def _mark_validated(self) -> Self:
+        self._validated = True
+        return self
+
+    @property
+    def is_validated(self) -> bool:
+        """True when this instance went through validation unchanged."""
+        return self._validated
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Copy; a copy with ``update`` is unvalidated (see the class docstring)."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy._validated = False
+        return copy
 
 
 class Versioned(Contract):

@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from ._base import (
     Action,
+    Checked,
     Contract,
     Identifier,
     JsonObject,
@@ -64,7 +65,7 @@ class CapabilityConstraints(Contract):
         return self
 
 
-class CapabilityGrant(Contract):
+class CapabilityGrant(Checked):
     """Authority issued to one subject by one issuer, bounded by constraints."""
 
     id: Identifier
@@ -85,7 +86,7 @@ class CapabilityGrant(Contract):
         return self
 
 
-class CapabilityRequirement(Contract):
+class CapabilityRequirement(Checked):
     """One (resource, action) pair that an operation needs."""
 
     resource: ResourceRef
@@ -98,7 +99,7 @@ def _distinct(values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
-class AccessContext(Contract):
+class AccessContext(Checked):
     """The trusted context of one operation. It carries no grants."""
 
     namespace_id: Identifier
