@@ -27,6 +27,7 @@ from ..errors import (
     RequestFailed,
     RequestTimedOut,
     SharedOSError,
+    StoreUnavailable,
     UnknownMessage,
 )
 from ..kernel.contracts import AccessContext, AuditEvent, MessageDeliveryResult, MessageEnvelope
@@ -149,7 +150,9 @@ class RedisRequestRouter:
         try:
             async with listener.watch(ns, mid) as slot:
                 return await self._await_outcome(ns, mid, slot)
-        except anyio.get_cancelled_exc_class():
+        except (anyio.get_cancelled_exc_class(), StoreUnavailable):
+            # Nobody waits any more: end the request (if Redis lets us) rather than leave it
+            # open until its deadline; a reply that comes later is refused, not lost silently.
             with anyio.move_on_after(1, shield=True):
                 await self._cancel_quietly(ns, mid)
             raise

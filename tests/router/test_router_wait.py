@@ -272,3 +272,28 @@ async def test_a_thousand_waiters_share_a_bounded_number_of_connections(
     assert {mid: reply.reply_to for mid, reply in results.items()} == {
         r.id: r.id for r in requests}
     await keyspace()
+
+
+async def test_a_waiter_whose_redis_call_fails_ends_its_request(
+        redis: Redis, ns: str, keyspace: Keyspace) -> None:
+    from sharedos_redis.errors import StoreUnavailable
+
+    context = make_context(ns)
+    request = make_request(context)
+    await put_marker(redis, context, request, deadline_ms=now_ms() + 30_000)
+
+    class Flaky(MarkerStore):
+        failed = False
+
+        async def fields(self, namespace: str, message_id: str,
+                         names: Any) -> list[str | None]:
+            if not Flaky.failed:
+                Flaky.failed = True
+                raise StoreUnavailable("resolve", "timed out")
+            return await super().fields(namespace, message_id, names)
+
+    async with RedisRequestRouter(redis, settings=FAST, markers=Flaky(redis)) as router:
+        with anyio.fail_after(5), pytest.raises(StoreUnavailable):
+            await router.resolve_reply(context, request, receipt(request))
+    assert await state_of(redis, ns, request.id) == "cancelled"  # not left open
+    await keyspace()
