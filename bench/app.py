@@ -64,10 +64,11 @@ def grants(namespace: str) -> tuple[CapabilityGrant, ...]:
             _grant(namespace, RECIPIENT, "sharedos.execution", RECIPIENT, "invoke"))
 
 
-def named_client(url: str, name: str, *, max_connections: int = 32) -> Redis:
+def named_client(url: str, name: str, *, max_connections: int | None = None) -> Redis:
     """Like ``create_redis`` (same bounded pool) but every connection named ``name``,
     so ``CLIENT LIST`` can count this process's connections."""
-    s = RedisSettings(url=url, max_connections=max_connections)
+    s = RedisSettings(url=url) if max_connections is None else RedisSettings(
+        url=url, max_connections=max_connections)
     pool = BlockingConnectionPool.from_url(
         url, max_connections=s.max_connections, timeout=s.pool_timeout_s,
         socket_timeout=s.socket_timeout_s, socket_connect_timeout=s.socket_connect_timeout_s,

@@ -22,12 +22,15 @@ class RedisSettings(BaseModel):
 
     ``socket_timeout_s`` must exceed any ``BLOCK`` a caller uses (the relay blocks
     ``block_ms``, 1 s by default), or the blocked read times out as an error.
+    ``max_connections`` bounds the process: a connection is held only for one
+    command (waiters hold none; the reply listener and the relay each keep one
+    while blocked), so a handful serves thousands of concurrent requests.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     url: str = "redis://127.0.0.1:6379/0"
-    max_connections: int = Field(default=32, gt=0)
+    max_connections: int = Field(default=8, ge=3)
     socket_timeout_s: float = Field(default=10.0, gt=0)
     socket_connect_timeout_s: float = Field(default=5.0, gt=0)
     pool_timeout_s: float = Field(default=10.0, gt=0)

@@ -30,7 +30,7 @@ async def test_client_uses_a_bounded_blocking_pool() -> None:
 def test_settings_reject_nonsense() -> None:
     with pytest.raises(ValueError):
         RedisSettings(max_connections=0)
-    assert RedisSettings().max_connections == 32
+    assert RedisSettings().max_connections == 8
 
 
 @pytest.mark.real_redis
