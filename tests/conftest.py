@@ -91,3 +91,12 @@ async def keyspace(redis: Redis, ns: str) -> AsyncIterator[Keyspace]:
 def keys(ns: str) -> Keys:
     """The key schema of the test namespace."""
     return Keys(ns)
+
+
+@pytest.fixture
+def url() -> str:
+    """The real Redis at REDIS_URL, for tests that start processes (skipped without it)."""
+    value = os.environ.get("REDIS_URL")
+    if not value:
+        pytest.skip("REDIS_URL is not set: this test needs a real Redis server")
+    return value

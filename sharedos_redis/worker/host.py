@@ -125,12 +125,13 @@ class MessagingHost:
         if self.grants is None:
             self.grants = self.grant_store
         self.usage = RedisGrantUsageStore(self.redis)
-        self.audit = RedisAuditSink(self.redis)
+        self.audit = RedisAuditSink(self.redis, maxlen=s.audit_maxlen)
         self.budget = TraceBudget(self.redis, default_hops=s.default_budget_hops)
         self.transport = RedisStreamTransport(self.redis, settings=TransportSettings(
             request_timeout_s=s.request_timeout_s, default_budget_hops=s.default_budget_hops,
-            retention_s=s.retention_s))
-        self.markers = MarkerStore(self.redis, retention_s=s.retention_s)
+            retention_s=s.retention_s, audit_maxlen=s.audit_maxlen))
+        self.markers = MarkerStore(self.redis, retention_s=s.retention_s,
+                                   audit_maxlen=s.audit_maxlen)
         self.router = RedisRequestRouter(self.redis, markers=self.markers)
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
                              transport=self.transport, router=self.router)

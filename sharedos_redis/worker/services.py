@@ -30,7 +30,8 @@ class WorkerServices:
                  block_ms: int = 250) -> None:
         self.relay = OutboxRelay(
             host.redis, [host.namespace], wake, consumer=consumer, block_ms=block_ms,
-            claim_idle_ms=int(host.settings.claim_idle_s * 1000))
+            claim_idle_ms=int(host.settings.claim_idle_s * 1000),
+            audit_maxlen=host.settings.audit_maxlen)
         self.reconciler = Reconciler(host, self.relay, rewake)
         self._stop = anyio.Event()
 

@@ -32,6 +32,7 @@ class HostSettings(BaseModel):
         claim_idle_s: an outbox entry unacknowledged this long is claimed by another relay.
         default_budget_hops: hops per trace when the host sets none at the root turn.
         retention_s: how long settled requests are kept for inspection.
+        audit_maxlen: approximate length the namespace's audit stream is trimmed to.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -46,6 +47,7 @@ class HostSettings(BaseModel):
     claim_idle_s: float = Field(10.0, gt=0)
     default_budget_hops: int = Field(16, ge=1)
     retention_s: int = Field(86_400, ge=1)
+    audit_maxlen: int = Field(100_000, ge=1000)
 
     @model_validator(mode="after")
     def _deadline_tree(self) -> Self:

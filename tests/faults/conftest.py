@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -13,15 +12,6 @@ from tests.worker.helpers import drop_namespace
 
 from .outcomes import ROWS, table
 from .procs import Procs
-
-
-@pytest.fixture
-def url() -> str:
-    """The real Redis at REDIS_URL (the process and crash tests need one)."""
-    value = os.environ.get("REDIS_URL")
-    if not value:
-        pytest.skip("REDIS_URL is not set: fault tests need a real Redis")
-    return value
 
 
 @pytest.fixture

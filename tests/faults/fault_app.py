@@ -28,7 +28,9 @@ __all__ = ["FAST", "PURPOSE", "REQUESTER", "agent_names", "build", "grant_all", 
 REQUESTER = "req"
 PURPOSE = "fault-suite"
 FAST: dict[str, Any] = {"request_timeout_s": 20, "turn_timeout_s": 5, "lease_s": 1,
-                        "claim_idle_s": 1, "reconcile_interval_s": 0.2, "max_attempts": 5}
+                        "claim_idle_s": 1, "reconcile_interval_s": 0.2, "max_attempts": 5,
+                        # keep every audit record: the load test counts reply.settled events
+                        "audit_maxlen": 2_000_000}
 
 
 def agent_names(count: int) -> list[str]:

@@ -28,14 +28,6 @@ CLI = [sys.executable, "-m", "sharedos_redis.worker.cli"]
 
 
 @pytest.fixture
-def url() -> str:
-    value = os.environ.get("REDIS_URL")
-    if not value:
-        pytest.skip("REDIS_URL is not set: worker-process tests need a real Redis")
-    return value
-
-
-@pytest.fixture
 def proc_ns() -> str:
     return f"p-{uuid.uuid4().hex[:10]}"
 
