@@ -8,7 +8,7 @@ that a retry could not reconcile.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from .contracts import (
     AccessContext,
@@ -21,6 +21,7 @@ from .contracts import (
 
 __all__ = [
     "AuditSink",
+    "DeferringAuditSink",
     "GrantSource",
     "GrantUsageStore",
     "MessageRequestRouter",
@@ -55,6 +56,20 @@ class AuditSink(Protocol):
 
     async def record(self, event: AuditEvent, /) -> None:
         """Durably append one event."""
+        ...
+
+
+@runtime_checkable
+class DeferringAuditSink(AuditSink, Protocol):
+    """An audit sink that can also write after-effect records in the background, in order.
+
+    Before-effect records always go through ``record`` (the effect waits for them);
+    records of effects that already happened may be queued with ``record_later``.
+    """
+
+    def record_later(self, event: AuditEvent, /) -> bool:
+        """Queue ``event`` for the sink's background writer; False when it is not
+        running (the caller then writes the event with ``record``)."""
         ...
 
 

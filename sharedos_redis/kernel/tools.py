@@ -26,7 +26,7 @@ from .contracts import (
     ToolResult,
     ToolSucceeded,
 )
-from .ports import AuditSink
+from .ports import AuditSink, DeferringAuditSink
 
 __all__ = [
     "ERROR_MESSAGES",
@@ -111,6 +111,8 @@ async def record_outcome(audit: AuditSink, event: AuditEvent) -> bool:
         True when the record was written.
     """
     try:
+        if isinstance(audit, DeferringAuditSink) and audit.record_later(event):
+            return True  # written in order by the sink's background writer
         await audit.record(event)
     except Exception as exc:  # the sink may raise anything; cancellation still propagates
         _log.warning("audit record %s (%s) not written: %s", event.id, event.type,

@@ -8,8 +8,11 @@ reach this module: ``AuditEvent`` has no field for them.
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
+import anyio
+from anyio.abc import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -18,6 +21,8 @@ from ..kernel.contracts import AuditEvent
 from .keys import Keys
 
 __all__ = ["AUDIT_FIELD", "RedisAuditSink", "audit_fields"]
+
+_log = logging.getLogger("sharedos_redis.audit")
 
 AUDIT_FIELD: Final = "e"
 """The one field of an audit stream entry: the event's wire JSON."""
@@ -29,22 +34,97 @@ def audit_fields(event: AuditEvent) -> list[str]:
 
 
 class RedisAuditSink:
-    """Appends audit events to ``sos:{ns}:audit`` (trimmed ``MAXLEN ~ maxlen``)."""
+    """Appends audit events to ``sos:{ns}:audit`` (trimmed ``MAXLEN ~ maxlen``).
 
-    def __init__(self, redis: Redis, *, maxlen: int = 100_000) -> None:
+    ``record`` writes before it returns (before-effect records). While :meth:`run`
+    runs (the host runs it inside ``async with host``), ``record_later`` queues
+    after-effect records and the background writer appends them in order, batched
+    in one pipeline; ``record`` also carries whatever is queued, ahead of its own
+    event, so the stream keeps the order in which records were made. A queued
+    record is lost only if the process dies before the next write (milliseconds);
+    at most ``max_pending`` wait (the oldest are dropped, counted in ``dropped``).
+    """
+
+    def __init__(self, redis: Redis, *, maxlen: int = 100_000,
+                 max_pending: int = 10_000) -> None:
         self._redis = redis
         self._maxlen = maxlen
+        self._max_pending = max_pending
+        self._pending: list[AuditEvent] = []
+        self._wakeup: anyio.Event | None = None
+        self._stopping = False
+        self.dropped = 0
 
     async def record(self, event: AuditEvent) -> None:
-        """Durably append one event to its namespace's audit stream.
+        """Durably append one event (after anything queued) to its namespace's stream.
 
         Raises:
             AuditUnavailable: Redis refused or could not be reached.
         """
-        key = Keys(event.namespace_id).audit
+        queued, self._pending = self._pending, []
         try:
-            await self._redis.xadd(key, {AUDIT_FIELD: event.to_json()},
-                                   maxlen=self._maxlen, approximate=True)
+            await self._write([*queued, event])
+        except AuditUnavailable:
+            self._pending[:0] = queued  # the background writer retries them
+            raise
+
+    def record_later(self, event: AuditEvent) -> bool:
+        """Queue an after-effect record for the background writer (see the class doc).
+
+        Returns:
+            False when the writer is not running: the caller writes with ``record``.
+        """
+        if self._wakeup is None or self._stopping:
+            return False
+        if len(self._pending) >= self._max_pending:
+            del self._pending[0]
+            self.dropped += 1
+        self._pending.append(event)
+        self._wakeup.set()
+        return True
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The background writer; returns after :meth:`stop` once the queue is written."""
+        self._stopping, self._wakeup = False, anyio.Event()
+        task_status.started()
+        try:
+            while not self._stopping:
+                await self._wakeup.wait()
+                self._wakeup = anyio.Event()
+                await self._flush()
+        finally:
+            self._wakeup = None
+            with anyio.move_on_after(2, shield=True):
+                await self._flush()
+
+    def stop(self) -> None:
+        """Ask the writer to write what is queued and return."""
+        self._stopping = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def _flush(self) -> None:
+        queued, self._pending = self._pending, []
+        if not queued:
+            return
+        try:
+            await self._write(queued)
+        except AuditUnavailable as exc:
+            self.dropped += len(queued)
+            _log.warning("%d audit records not written: %s", len(queued), exc)
+
+    async def _write(self, events: list[AuditEvent]) -> None:
+        try:
+            if len(events) == 1:
+                await self._redis.xadd(Keys(events[0].namespace_id).audit,
+                                       {AUDIT_FIELD: events[0].to_json()},
+                                       maxlen=self._maxlen, approximate=True)
+                return
+            pipe = self._redis.pipeline(transaction=False)
+            for event in events:
+                pipe.xadd(Keys(event.namespace_id).audit, {AUDIT_FIELD: event.to_json()},
+                          maxlen=self._maxlen, approximate=True)
+            await pipe.execute()
         except (RedisError, OSError) as exc:
             raise AuditUnavailable(f"audit record not written: {type(exc).__name__}") from exc
 

@@ -30,7 +30,7 @@ class RedisSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     url: str = "redis://127.0.0.1:6379/0"
-    max_connections: int = Field(default=8, ge=3)
+    max_connections: int = Field(default=8, gt=0)
     socket_timeout_s: float = Field(default=10.0, gt=0)
     socket_connect_timeout_s: float = Field(default=5.0, gt=0)
     pool_timeout_s: float = Field(default=10.0, gt=0)

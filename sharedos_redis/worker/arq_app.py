@@ -4,18 +4,27 @@ Users start a worker with ``sharedos-redis worker --app mymodule:host`` or with
 arq's CLI on ``WorkerSettings = worker_settings(host)``. Jobs are JSON, not
 pickle; a turn's arq job id is derived from the message id so two relays
 enqueue it once; ``keep_result=0`` frees the id as soon as the job ends.
+
+Direct dispatch (``HostSettings.direct_dispatch``, on by default): the relay runs
+in the worker, so when the worker has a free turn slot it starts the woken turn
+right there instead of enqueueing it and waiting for arq's next poll; with no free
+slot, and for every re-wake after a crash, it enqueues the arq job. Both paths run
+the same ``TurnRunner`` and claim the same lease, so a turn still runs once (or
+again only after a crash) and all turns of a worker share its ``max_jobs`` slots.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import time
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 from arq import ArqRedis
 from arq.connections import RedisSettings as ArqRedisSettings
 from arq.worker import func
@@ -28,7 +37,9 @@ from .turns import TurnRunner
 
 __all__ = ["job_id", "run_turn", "worker_settings"]
 
+log = logging.getLogger("sharedos_redis.worker")
 _RUNNER = "sharedos_runner"
+_SLOTS = "sharedos_turn_slots"
 _SERVICES = "sharedos_services"
 _TASK = "sharedos_services_task"
 
@@ -41,7 +52,36 @@ def job_id(namespace: str, message_id: str, suffix: str = "") -> str:
 async def run_turn(ctx: dict[str, Any], namespace: str, message_id: str) -> str:
     """The arq job: run (or skip, if already claimed or settled) one recipient turn."""
     runner: TurnRunner = ctx[_RUNNER]
-    return await runner.run_safely(namespace, message_id)
+    async with ctx[_SLOTS]:  # shared with directly dispatched turns
+        return await runner.run_safely(namespace, message_id)
+
+
+class _DirectTurns:
+    """Starts a woken turn in this worker when one of its turn slots is free."""
+
+    def __init__(self, runner: TurnRunner, slots: anyio.CapacityLimiter) -> None:
+        self.runner, self.slots = runner, slots
+        self.tg: TaskGroup | None = None
+
+    def try_start(self, namespace: str, message_id: str) -> bool:
+        """Start the turn now if a slot is free; False means: enqueue it instead."""
+        if self.tg is None:
+            return False
+        token = object()
+        try:
+            self.slots.acquire_on_behalf_of_nowait(token)
+        except anyio.WouldBlock:
+            return False
+        self.tg.start_soon(self._run, namespace, message_id, token)
+        return True
+
+    async def _run(self, namespace: str, message_id: str, token: object) -> None:
+        try:
+            await self.runner.run_safely(namespace, message_id)
+        except Exception:  # one broken turn must not stop the worker; its lease expires
+            log.exception("turn %s/%s crashed", namespace, message_id)
+        finally:
+            self.slots.release_on_behalf_of(token)
 
 
 def _dumps(value: dict[str, Any]) -> bytes:
@@ -67,8 +107,14 @@ def worker_settings(host: MessagingHost) -> dict[str, Any]:
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         pool: ArqRedis = ctx["redis"]
+        runner = ctx[_RUNNER] = TurnRunner(host, worker=worker_name)
+        slots = ctx[_SLOTS] = anyio.CapacityLimiter(s.max_jobs)
+
+        direct = _DirectTurns(runner, slots)
 
         async def wake(namespace: str, message_id: str) -> None:
+            if s.direct_dispatch and direct.try_start(namespace, message_id):
+                return
             await pool.enqueue_job("run_turn", namespace, message_id,
                                    _job_id=job_id(namespace, message_id))
 
@@ -80,12 +126,12 @@ def worker_settings(host: MessagingHost) -> dict[str, Any]:
                                    _job_id=job_id(namespace, message_id, f":{reason}:{bucket}"))
 
         services = WorkerServices(host, wake=wake, rewake=rewake, consumer=worker_name)
-        ctx[_RUNNER] = TurnRunner(host, worker=worker_name)
         ctx[_SERVICES] = services
         started = asyncio.Event()
 
         async def background() -> None:
             async with host, anyio.create_task_group() as tg:
+                direct.tg = tg
                 await tg.start(services.run)
                 started.set()
 

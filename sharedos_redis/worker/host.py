@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 
+import anyio
+from anyio.abc import TaskGroup
 from redis.asyncio import Redis
 
 from ..errors import ConfigurationError
@@ -118,6 +120,7 @@ class MessagingHost:
     settings: HostSettings = field(default_factory=HostSettings)
     redis_url: str | None = None
     _tools: list[_Tool] = field(default_factory=list, init=False, repr=False)
+    _tg: TaskGroup | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -246,9 +249,25 @@ class MessagingHost:
         await self.audit.record(budget_set_event(self.namespace, trace_id, hops, actor=actor))
 
     async def __aenter__(self) -> Self:
-        await self.router.__aenter__()
+        """Start the reply listener and the audit writer (enter and exit in one task)."""
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        try:
+            await tg.start(self.audit.run)
+            await self.router.__aenter__()
+        except BaseException as exc:
+            self.audit.stop()
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._tg = tg
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        await self.router.__aexit__(exc_type, exc, tb)
+        tg, self._tg = self._tg, None
+        try:
+            await self.router.__aexit__(exc_type, exc, tb)
+        finally:
+            self.audit.stop()
+            if tg is not None:
+                await tg.__aexit__(None, None, None)

@@ -33,6 +33,9 @@ class HostSettings(BaseModel):
         default_budget_hops: hops per trace when the host sets none at the root turn.
         retention_s: how long settled requests are kept for inspection.
         audit_maxlen: approximate length the namespace's audit stream is trimmed to.
+        direct_dispatch: a worker whose relay wakes a turn while it has a free slot runs
+            the turn at once instead of enqueueing an arq job and waiting for the next
+            poll (re-wakes after crashes and overflow always go through arq).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -48,6 +51,7 @@ class HostSettings(BaseModel):
     default_budget_hops: int = Field(16, ge=1)
     retention_s: int = Field(86_400, ge=1)
     audit_maxlen: int = Field(100_000, ge=1000)
+    direct_dispatch: bool = True
 
     @model_validator(mode="after")
     def _deadline_tree(self) -> Self:

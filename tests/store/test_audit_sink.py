@@ -61,3 +61,46 @@ async def test_unreachable_redis_raises_audit_unavailable(ns: str) -> None:
                                                           "succeeded"))
     finally:
         await dead.aclose()
+
+
+async def test_deferred_records_are_written_in_order_in_the_background(redis: Redis,
+                                                                        ns: str) -> None:
+    import anyio
+
+    from sharedos_redis.kernel.ports import DeferringAuditSink
+
+    sink = RedisAuditSink(redis)
+    _: DeferringAuditSink = sink
+    ctx = make_context(ns)
+    first = audit_event(ctx, "tool.invoked", "succeeded", tool="a")
+    assert sink.record_later(first) is False  # no writer running: caller must record()
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.run)
+            assert sink.record_later(audit_event(ctx, "tool.invoked", "succeeded", tool="b"))
+            await sink.record(audit_event(ctx, "authorization.checked", "allowed"))
+            assert sink.record_later(audit_event(ctx, "turn.ended", "succeeded"))
+            sink.stop()  # writes what is queued before returning
+        events = [event for _, event in await sink.read(ns)]
+        assert [(e.type, e.tool) for e in events] == [
+            ("tool.invoked", "b"), ("authorization.checked", None), ("turn.ended", None)]
+        assert sink.record_later(first) is False  # stopped again
+    finally:
+        await drop_namespace(redis, ns)
+
+
+async def test_queue_is_bounded(redis: Redis, ns: str) -> None:
+    import anyio
+
+    sink = RedisAuditSink(redis, max_pending=2)
+    ctx = make_context(ns)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.run)
+            for tool in "abc":  # no await between: the writer cannot run yet
+                sink.record_later(audit_event(ctx, "tool.invoked", "succeeded", tool=tool))
+            sink.stop()
+        assert sink.dropped == 1
+        assert [e.tool for _, e in await sink.read(ns)] == ["b", "c"]
+    finally:
+        await drop_namespace(redis, ns)

@@ -66,4 +66,5 @@ def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 
 def host() -> MessagingHost:
     url = os.environ["SHAREDOS_REDIS_URL"]
     return build(create_redis(RedisSettings(url=url)), os.environ["SHAREDOS_NAMESPACE"], url=url,
-                 max_attempts=int(os.environ.get("TEST_MAX_ATTEMPTS", "3")))
+                 max_attempts=int(os.environ.get("TEST_MAX_ATTEMPTS", "3")),
+                 direct_dispatch=os.environ.get("TEST_DIRECT_DISPATCH", "1") == "1")

@@ -92,11 +92,12 @@ async def _settled_replies(host: MessagingHost, ns: str, message_id: str) -> int
     return sum(1 for event in events if event.type == "reply.settled")
 
 
+@pytest.mark.parametrize("direct", ["1", "0"], ids=["direct", "via-arq-queue"])
 async def test_worker_process_runs_alice_as_alice(client: Redis, url: str, proc_ns: str,
-                                                  workers: Callable[..., Any]) -> None:
+                                                  workers: Callable[..., Any], direct: str) -> None:
     host = proc_app.build(client, proc_ns)
     await _grants(host, proc_ns)
-    workers()
+    workers(TEST_DIRECT_DISPATCH=direct)
     async with host:
         with anyio.fail_after(20):
             result = await host.start_turn("bob", {}, purpose="atlas-status")
