@@ -147,9 +147,11 @@ class RedisRequestRouter:
         if listener is None or self._tg is None:
             raise ConfigurationError("enter the router (async with) before resolving replies")
         ns, mid = context.namespace_id, request.id
+        hint = (receipt.metadata or {}).get("deadlineMs")
+        deadline_hint = hint if isinstance(hint, int) and not isinstance(hint, bool) else None
         try:
             async with listener.watch(ns, mid) as slot:
-                return await self._await_outcome(ns, mid, slot)
+                return await self._await_outcome(ns, mid, slot, deadline_hint)
         except (anyio.get_cancelled_exc_class(), StoreUnavailable):
             # Nobody waits any more: end the request (if Redis lets us) rather than leave it
             # open until its deadline; a reply that comes later is refused, not lost silently.
@@ -157,17 +159,23 @@ class RedisRequestRouter:
                 await self._cancel_quietly(ns, mid)
             raise
 
-    async def _durable(self, ns: str, mid: str) -> tuple[Settled, int] | None:
+    async def _durable(self, ns: str, mid: str,
+                       deadline_ms: int | None = None) -> tuple[Settled, int] | None:
+        # Under a burst the read may queue behind many others; it may take until the
+        # request's own deadline (when known), never less than the operation timeout.
+        timeout_s = self._timeout_s if deadline_ms is None else max(
+            self._timeout_s, deadline_ms / 1000 - time.time())
         state, reply, code, deadline = await guarded(
-            self._limiter, self._timeout_s, "resolve",
+            self._limiter, timeout_s, "resolve",
             lambda: self.markers.fields(ns, mid, ("state", "reply", "code", "deadline")))
         if state is None:
             return None
         result = reply if state == "replied" else code
         return Settled(state, result or ""), int(deadline or 0)
 
-    async def _await_outcome(self, ns: str, mid: str, slot: WaitSlot) -> MessageEnvelope:
-        view = await self._durable(ns, mid)
+    async def _await_outcome(self, ns: str, mid: str, slot: WaitSlot,
+                             deadline_hint: int | None) -> MessageEnvelope:
+        view = await self._durable(ns, mid, deadline_hint)
         if view is None:
             raise UnknownMessage(ns, mid)
         current, deadline_ms = view
@@ -182,7 +190,7 @@ class RedisRequestRouter:
                 break
             # A settled-stream entry is only a hint: anyone able to XADD could forge one.
             # The marker, written by the settle scripts alone, is the authority.
-            view = await self._durable(ns, mid)
+            view = await self._durable(ns, mid, deadline_ms)
             if view is not None and view[0].state in TERMINAL_STATES:
                 return _outcome(mid, view[0])
             slot.rearm(woken_by)
