@@ -36,6 +36,7 @@ from .contracts import (
 )
 from .ids import new_id
 from .kernel import Kernel
+from .ports import DeferringAuditSink
 from .runtime_host import (
     DEFAULT_MAX_STEPS,
     DEFAULT_TIMEOUT_MS,
@@ -126,13 +127,19 @@ class TurnExecutor:
             await self._audit(request, "turn.denied", "denied", code)
             return ExecutionDenied(**self._common(request, log, started),
                                    error=protocol_error(code))
-        try:
-            await self._kernel.audit.record(audit_event(
-                request.context, "turn.admitted", "allowed", at=self._now(),
-                receiver=request.agent, message_id=request.message.id,
-                operation_id=request.execution_id))
-        except Exception:  # before-effect record missing: the runtime is not started
-            return await self._end(request, log, started, "failed", "audit_unavailable")
+        admitted = audit_event(
+            request.context, "turn.admitted", "allowed", at=self._now(),
+            receiver=request.agent, message_id=request.message.id,
+            operation_id=request.execution_id)
+        # The admission decision's own record (authorization.checked, consumed) was
+        # written before we got here; a sink that writes in order in the background may
+        # queue this one behind it. Otherwise it is a gate like any before-effect record.
+        sink = self._kernel.audit
+        if not (isinstance(sink, DeferringAuditSink) and sink.record_later(admitted)):
+            try:
+                await sink.record(admitted)
+            except Exception:  # before-effect record missing: the runtime is not started
+                return await self._end(request, log, started, "failed", "audit_unavailable")
         return await self._run(request, log, started, attempt)
 
     def _common(self, request: ExecutionRequest, log: EventLog, started: str) -> dict[str, Any]:

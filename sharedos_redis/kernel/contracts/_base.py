@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta, timezone
-from functools import cache
+from functools import cache, lru_cache
 from typing import Annotated, Any, Final, Literal, Self, TypeVar, cast
 
 from pydantic import (
@@ -145,6 +145,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS: Final = timedelta(milliseconds=1)
 
 
+@lru_cache(maxsize=8192)  # grants' timestamps are compared on every decision
 def timestamp_ms(value: str) -> int:
     """Milliseconds since the epoch of a valid RFC 3339 timestamp.
 
@@ -157,8 +158,9 @@ def timestamp_ms(value: str) -> int:
 
 def format_timestamp(moment: datetime | None = None) -> str:
     """Format ``moment`` (default: now) as RFC 3339 UTC with milliseconds."""
-    moment = (moment or datetime.now(UTC)).astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    m = (moment or datetime.now(UTC)).astimezone(UTC)
+    return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:"
+            f"{m.second:02d}.{m.microsecond // 1000:03d}Z")
 
 
 def _check_json(value: object) -> Any:
