@@ -55,14 +55,17 @@ def check_reply(request: MessageEnvelope, raw: object) -> tuple[MessageEnvelope 
     """
     if not isinstance(raw, MessageEnvelope):
         return None, "reply_not_an_envelope"
-    try:  # re-validate: a hand-built instance (model_construct) skipped validation
-        reply = MessageEnvelope.from_wire(raw.to_wire())
-    except Exception:
-        return None, "reply_malformed"
+    if type(raw) is MessageEnvelope and raw.is_validated:
+        reply = raw
+    else:
+        try:  # re-validate: a hand-built instance (model_construct) skipped validation
+            reply = MessageEnvelope.from_wire(raw.to_wire())
+        except Exception:
+            return None, "reply_malformed"
     checks = (
         (reply.reply_to == request.id, "reply_to_mismatch"),
-        (reply.sender.to_wire() == request.receiver.to_wire(), "reply_sender_mismatch"),
-        (reply.receiver.to_wire() == request.sender.to_wire(), "reply_receiver_mismatch"),
+        (reply.sender == request.receiver, "reply_sender_mismatch"),
+        (reply.receiver == request.sender, "reply_receiver_mismatch"),
         (reply.purpose == request.purpose, "reply_purpose_mismatch"),
         (reply.trace_id == request.trace_id, "reply_trace_mismatch"),
     )

@@ -55,3 +55,14 @@ async def test_unvalidated_copies_are_revalidated() -> None:
     constructed = CapabilityRequirement.model_construct(**dict(requirement))
     assert not constructed.is_validated
     assert (await authorizer.check(good, constructed)).allowed  # valid content still works
+
+
+def test_a_validated_object_never_hides_an_unvalidated_part() -> None:
+    from pydantic import ValidationError
+
+    from sharedos_redis.kernel.contracts import AgentAddress, MessageEnvelope
+
+    hollow = AgentAddress.model_construct(kind="agent", agent_id="")
+    with pytest.raises(ValidationError):
+        MessageEnvelope(id="m", sender=hollow, receiver=ALICE, purpose="p", payload=None,
+                        trace_id="t", created_at=NOW)

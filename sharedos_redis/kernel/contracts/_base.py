@@ -236,6 +236,9 @@ class Contract(BaseModel):
         serialize_by_alias=True,
         hide_input_in_errors=True,
         cache_strings="keys",
+        # a model instance used as a field value is validated again, so a validated
+        # outer object never hides a nested one made with model_construct
+        revalidate_instances="always",
     )
 
     @model_validator(mode="before")

@@ -6,7 +6,17 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ._base import Contract, Identifier, JsonObject, JsonValue, Lax, Purpose, Timestamp, Versioned
+from ._base import (
+    Checked,
+    Contract,
+    Identifier,
+    JsonObject,
+    JsonValue,
+    Lax,
+    Purpose,
+    Timestamp,
+    Versioned,
+)
 from .address import (
     Address,
     AgentAddress,
@@ -46,7 +56,7 @@ class MessageProvenance(Contract):
     metadata: JsonObject | None = None
 
 
-class MessageEnvelope(Versioned):
+class MessageEnvelope(Versioned, Checked):
     """A message: data and one host-bound purpose, never authority."""
 
     id: Identifier
