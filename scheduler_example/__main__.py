@@ -73,7 +73,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
                     await run_ticks(host, transcript, ticks=args.ticks, seed=args.seed)
             else:
                 await run_ticks(host, transcript, ticks=args.ticks, seed=args.seed)
-            await _report(host, transcript)
+        await _report(host, transcript)  # after the host's audit writer has flushed
     return 0
 
 
