@@ -1,29 +1,22 @@
-"""The contract base class, scalar wire types and the one parse entry point.
+"""The contract base class and the one parse entry point.
 
-Owns: ``Contract`` (strict, frozen, camelCase on the wire), Identifier, Purpose,
-Action, PathSegment, Timestamp, JsonValue/JsonObject, ``parse_wire``. Imports
-nothing of ours but ``errors``.
+Owns: ``Contract`` (strict, frozen, camelCase on the wire), ``Checked``,
+``Versioned``, ``parse_wire`` / ``parse_json`` / ``to_wire``; re-exports the
+scalar types of ``_scalars``. Imports nothing of ours but ``errors``.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta, timezone
-from functools import cache, lru_cache
-from typing import Annotated, Any, Final, Literal, Self, TypeVar, cast
+from functools import cache
+from typing import Any, Literal, Self, TypeVar, cast
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
-    PlainValidator,
     PrivateAttr,
     SerializerFunctionWrapHandler,
-    Strict,
-    StringConstraints,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -34,6 +27,21 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from ...errors import ContractError, UnsupportedProtocolVersion
+from ._scalars import (
+    MAX_JSON_DEPTH,
+    PROTOCOL_VERSION,
+    Action,
+    Identifier,
+    JsonObject,
+    JsonValue,
+    Lax,
+    PathSegment,
+    Purpose,
+    Timestamp,
+    encodable,
+    format_timestamp,
+    timestamp_ms,
+)
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -57,152 +65,7 @@ __all__ = [
     "to_wire",
 ]
 
-PROTOCOL_VERSION: Final = "2"
-MAX_JSON_DEPTH: Final = 64
-"""Deepest nesting a JSON value may have (a deviation: SharedOS sets none)."""
-
 T = TypeVar("T")
-
-Identifier = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=256)]
-Purpose = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=512)]
-Action = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
-Lax = Strict(False)
-"""Marker for sequence fields: accept a JSON array (list) for a tuple; items stay strict."""
-
-_SEGMENT_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
-
-
-def encodable(value: str) -> bool:
-    """Whether ``value`` is valid Unicode text (no lone surrogates), i.e. encodes as UTF-8."""
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _check_segment(value: str) -> str:
-    if not encodable(value):
-        raise PydanticCustomError("string_unicode", "not valid Unicode text")
-    if not 1 <= len(value) <= 256:
-        raise PydanticCustomError("path_segment", "path segments have 1 to 256 characters")
-    if value != value.strip():
-        raise PydanticCustomError("path_segment", "path segments must not be padded")
-    if value in (".", "..") or _SEGMENT_FORBIDDEN.search(value):
-        raise PydanticCustomError(
-            "path_segment",
-            "path segments must not be traversal markers or contain separators or control chars",
-        )
-    return value
-
-
-PathSegment = Annotated[str, AfterValidator(_check_segment)]
-
-_TIMESTAMP = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
-    r"(Z|[+-]\d{2}:?\d{2})",
-    re.ASCII,  # \d must not match non-ASCII digits such as U+FF12
-)
-
-
-def _parse_rfc3339(value: str) -> datetime:
-    match = _TIMESTAMP.fullmatch(value)
-    if match is None:
-        raise ValueError("not an RFC 3339 timestamp")
-    year, month, day, hour, minute = (int(match.group(i)) for i in range(1, 6))
-    second = int(match.group(6) or 0)
-    frac = (match.group(7) or "0")[:3].ljust(3, "0")  # millisecond precision
-    zone = match.group(8)
-    if zone == "Z":
-        tz: timezone = UTC
-    else:
-        digits = zone[1:].replace(":", "")
-        hours, minutes = int(digits[:2]), int(digits[2:])
-        if hours > 23 or minutes > 59:
-            raise ValueError("offset out of range")
-        sign = 1 if zone[0] == "+" else -1
-        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
-    # datetime() rejects impossible dates (2026-02-30), hours > 23, minutes/seconds > 59.
-    return datetime(year, month, day, hour, minute, second, int(frac) * 1000, tzinfo=tz)
-
-
-def _check_timestamp(value: str) -> str:
-    try:
-        _parse_rfc3339(value)
-    except ValueError as exc:
-        raise PydanticCustomError("timestamp", "invalid RFC 3339 timestamp: {why}",
-                                  {"why": str(exc)}) from None
-    return value
-
-
-Timestamp = Annotated[str, Strict(), AfterValidator(_check_timestamp)]
-"""An RFC 3339 timestamp kept as the string it arrived as (JSON-safe, round-trips)."""
-
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MS: Final = timedelta(milliseconds=1)
-
-
-@lru_cache(maxsize=8192)  # grants' timestamps are compared on every decision
-def timestamp_ms(value: str) -> int:
-    """Milliseconds since the epoch of a valid RFC 3339 timestamp.
-
-    Raises:
-        ValueError: when ``value`` is not a valid timestamp.
-    """
-    # Integer arithmetic: float ``timestamp() * 1000`` truncates some values 1 ms low.
-    return (_parse_rfc3339(value) - _EPOCH) // _ONE_MS
-
-
-def format_timestamp(moment: datetime | None = None) -> str:
-    """Format ``moment`` (default: now) as RFC 3339 UTC with milliseconds."""
-    m = (moment or datetime.now(UTC)).astimezone(UTC)
-    return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:"
-            f"{m.second:02d}.{m.microsecond // 1000:03d}Z")
-
-
-def _check_json(value: object) -> Any:
-    """Walk a JSON value iteratively: finite numbers, str keys, bounded depth."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if not encodable(item):
-                raise PydanticCustomError("json_value", "strings must be valid Unicode text")
-            continue
-        if item is None or isinstance(item, bool | int):
-            continue
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise PydanticCustomError("json_value", "NaN and Infinity are not JSON")
-            continue
-        if depth >= MAX_JSON_DEPTH:
-            raise PydanticCustomError("json_depth", "JSON nested deeper than {limit}",
-                                      {"limit": MAX_JSON_DEPTH})
-        if isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str) or not encodable(key):
-                    raise PydanticCustomError("json_value",
-                                              "JSON object keys are valid Unicode strings")
-                stack.append((child, depth + 1))
-        else:
-            raise PydanticCustomError("json_value", "not a JSON value: {kind}",
-                                      {"kind": type(item).__name__})
-    return value
-
-
-def _check_json_object(value: object) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise PydanticCustomError("json_object", "expected a JSON object")
-    return cast(dict[str, Any], _check_json(value))
-
-
-JsonValue = Annotated[Any, PlainValidator(_check_json)]
-JsonObject = Annotated[dict[str, Any], PlainValidator(_check_json_object)]
 
 
 _OPTIONAL: dict[type, tuple[tuple[str, tuple[str, ...]], ...]] = {}
