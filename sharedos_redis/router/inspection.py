@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ..errors import StoreUnavailable, UnknownMessage
+from ..errors import UnknownMessage
 from ..kernel.contracts import AuditEvent
 from ..store.audit import RedisAuditSink
+from ..store.boundary import STORE_ERRORS, store_unavailable
 from ..store.keys import Keys, decode_id
 
 __all__ = ["PendingRequest", "list_pending", "read_timeline"]
@@ -104,8 +104,8 @@ async def list_pending(redis: Redis, namespace: str, *, state: str | None = None
                 if row is not None and _wanted(row, state, agent, older_than_s):
                     rows.append(row)
             start += _CHUNK
-    except (RedisError, OSError) as exc:
-        raise StoreUnavailable("pending", type(exc).__name__) from exc
+    except STORE_ERRORS as exc:
+        raise store_unavailable("pending", exc) from exc
     return rows[:limit]
 
 

@@ -28,10 +28,10 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from ..errors import SharedOSError, StoreUnavailable
 from ..faults import fault_point
+from ..store.boundary import STORE_ERRORS, store_unavailable
 from ..store.keys import TERMINAL_STATES, Keys
 
 __all__ = ["Settled", "SettledListener", "WaitSlot", "guarded"]
@@ -58,8 +58,8 @@ async def guarded(limiter: anyio.CapacityLimiter, timeout_s: float, operation: s
                 return await call()
     except TimeoutError as exc:
         raise StoreUnavailable(operation, "timed out") from exc
-    except (RedisError, OSError) as exc:
-        raise StoreUnavailable(operation, type(exc).__name__) from exc
+    except STORE_ERRORS as exc:
+        raise store_unavailable(operation, exc) from exc
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class SettledListener:
                     continue
                 try:
                     response = await self._read(conn, positions)
-                except (RedisError, OSError) as exc:
+                except STORE_ERRORS as exc:
                     log.warning("settlement listener read failed: %s", type(exc).__name__)
                     await _close(conn)
                     await anyio.sleep(backoff_s)
@@ -275,5 +275,5 @@ class SettledListener:
 async def _close(conn: Redis) -> None:
     with anyio.move_on_after(1, shield=True):
         # a broken connection may fail to close; it is dropped either way
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*STORE_ERRORS):
             await conn.aclose()

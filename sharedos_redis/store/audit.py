@@ -14,10 +14,10 @@ from typing import Final
 import anyio
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ..errors import AuditUnavailable, StoreUnavailable
+from ..errors import AuditUnavailable
 from ..kernel.contracts import AuditEvent
+from .boundary import STORE_ERRORS, Backoff, store_unavailable
 from .keys import Keys
 
 __all__ = ["AUDIT_FIELD", "RedisAuditSink", "audit_fields"]
@@ -41,8 +41,9 @@ class RedisAuditSink:
     after-effect records and the background writer appends them in order, batched
     in one pipeline; ``record`` also carries whatever is queued, ahead of its own
     event, so the stream keeps the order in which records were made. A queued
-    record is lost only if the process dies before the next write (milliseconds);
-    at most ``max_pending`` wait (the oldest are dropped, counted in ``dropped``).
+    record is lost only if the process dies before it is written; while Redis is
+    down records stay queued and are retried with back-off; at most ``max_pending``
+    wait (beyond that the oldest are dropped, logged and counted in ``dropped``).
     """
 
     def __init__(self, redis: Redis, *, maxlen: int = 100_000,
@@ -84,14 +85,25 @@ class RedisAuditSink:
         return True
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The background writer; returns after :meth:`stop` once the queue is written."""
+        """The background writer; returns after :meth:`stop` once the queue is written.
+
+        A failed write keeps the records queued (in order, still bounded by
+        ``max_pending``) and is retried with back-off, so an outage delays records
+        instead of losing them.
+        """
         self._stopping, self._wakeup = False, anyio.Event()
+        backoff = Backoff("audit writer", _log)
         task_status.started()
         try:
             while not self._stopping:
                 await self._wakeup.wait()
                 self._wakeup = anyio.Event()
-                await self._flush()
+                error = await self._flush()
+                if error is None:
+                    backoff.reset()
+                    continue
+                await backoff.wait(error)
+                self._wakeup.set()
         finally:
             self._wakeup = None
             with anyio.move_on_after(2, shield=True):
@@ -103,15 +115,25 @@ class RedisAuditSink:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    async def _flush(self) -> None:
+    async def _flush(self) -> AuditUnavailable | None:
         queued, self._pending = self._pending, []
         if not queued:
-            return
+            return None
         try:
             await self._write(queued)
         except AuditUnavailable as exc:
-            self.dropped += len(queued)
-            _log.warning("%d audit records not written: %s", len(queued), exc)
+            self._requeue(queued)
+            return exc
+        return None
+
+    def _requeue(self, queued: list[AuditEvent]) -> None:
+        """Put unwritten records back in front of newer ones, keeping the bound."""
+        merged = [*queued, *self._pending]
+        overflow = max(0, len(merged) - self._max_pending)
+        if overflow:
+            _log.warning("%d audit records dropped: the queue is full", overflow)
+            self.dropped += overflow
+        self._pending = merged[overflow:]
 
     async def _write(self, events: list[AuditEvent]) -> None:
         try:
@@ -125,7 +147,7 @@ class RedisAuditSink:
                 pipe.xadd(Keys(event.namespace_id).audit, {AUDIT_FIELD: event.to_json()},
                           maxlen=self._maxlen, approximate=True)
             await pipe.execute()
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             raise AuditUnavailable(f"audit record not written: {type(exc).__name__}") from exc
 
     async def read(
@@ -148,8 +170,8 @@ class RedisAuditSink:
         start = after if after == "-" else f"({after}"
         try:
             entries = await self._redis.xrange(Keys(namespace_id).audit, start, "+", count=count)
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("audit.read", type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("audit.read", exc) from exc
         field = AUDIT_FIELD.encode()
         return [(entry_id.decode(), AuditEvent.from_json(fields[field]))
                 for entry_id, fields in entries]

@@ -11,9 +11,9 @@ them. Setting is the only way to replenish.
 from __future__ import annotations
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ..errors import ConfigurationError, StoreUnavailable
+from ..errors import ConfigurationError
+from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys
 
 __all__ = ["TraceBudget"]
@@ -71,14 +71,14 @@ class TraceBudget:
         """
         try:
             raw = await self._redis.get(Keys(namespace_id).budget(trace_id))
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("budget.get", type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("budget.get", exc) from exc
         return None if raw is None else int(raw)
 
     async def _set(self, namespace_id: str, trace_id: str, hops: int, *, only_new: bool) -> bool:
         try:
             done = await self._redis.set(Keys(namespace_id).budget(trace_id), hops,
                                          px=self.ttl_ms, nx=only_new)
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("budget.set", type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("budget.set", exc) from exc
         return bool(done)

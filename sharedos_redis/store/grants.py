@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Sequence
 from typing import Final, cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from ..errors import ConfigurationError, StoreUnavailable
 from ..kernel.contracts import Address, CapabilityGrant, timestamp_ms
+from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys
 from .scripts import Scripts
 
@@ -53,8 +53,8 @@ class RedisGrantStore:
         try:
             await cast("Awaitable[int]", self._redis.hset(
                 _key(checked.namespace_id, checked.subject), checked.id, checked.to_json()))
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("grants.put", type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("grants.put", exc) from exc
 
     async def revoke(self, namespace_id: str, subject: Address, grant_id: str, at: str) -> bool:
         """Mark a grant revoked from ``at`` on (an earlier revocation is kept).
@@ -96,8 +96,8 @@ class RedisGrantStore:
         try:
             stored = await cast("Awaitable[list[bytes]]",
                                 self._redis.hvals(_key(namespace_id, subject)))
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("grants.list", type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("grants.list", exc) from exc
         return sorted((self._parse(raw) for raw in stored), key=_sort_key)
 
     def _parse(self, raw: bytes | str) -> CapabilityGrant:
@@ -126,6 +126,6 @@ class RedisGrantStore:
     async def _hget(self, key: str, field: str) -> bytes | None:
         try:
             raw = await cast("Awaitable[bytes | None]", self._redis.hget(key, field))
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("grants.revoke", type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("grants.revoke", exc) from exc
         return raw

@@ -19,9 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ..errors import StoreUnavailable
 from ..kernel.contracts import (
     AccessContext,
     AuditEvent,
@@ -31,6 +29,7 @@ from ..kernel.contracts import (
 )
 from ..kernel.ids import new_id
 from .audit import audit_fields
+from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys, address_tag
 from .scripts import Scripts
 
@@ -114,8 +113,8 @@ class MarkerStore:
     async def _io(self, operation: str, call: Awaitable[_T]) -> _T:
         try:
             return await call
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable(operation, type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable(operation, exc) from exc
 
     async def _now_ms(self) -> int:
         if self._clock_ms is not None:
@@ -158,6 +157,19 @@ class MarkerStore:
         k = Keys(namespace)
         raw = await self._scripts.call("renew_lease", [k.message(message_id), k.leases],
                                        [message_id, lease_ms, attempt, self._now_arg()])
+        return int(raw) == 1
+
+    async def release_turn(self, namespace: str, message_id: str, *, attempt: int) -> bool:
+        """Hand a running turn back (``running`` → ``dispatched``, lease dropped) so another
+        worker re-runs it at once; only ``attempt``, the lease holder, may. A draining
+        worker does this for turns that may safely run again.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        k = Keys(namespace)
+        raw = await self._scripts.call("release_turn", [k.message(message_id), k.leases],
+                                       [message_id, attempt, await self._now_ms()])
         return int(raw) == 1
 
     async def settle_reply(self, namespace: str, reply: MessageEnvelope) -> Settlement:

@@ -15,9 +15,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
-from ..errors import StoreUnavailable
+from .boundary import store_errors
 
 __all__ = ["Scripts", "lua_source"]
 
@@ -48,9 +47,5 @@ class Scripts:
         Raises:
             StoreUnavailable: Redis failed or could not be reached.
         """
-        try:
+        with store_errors(name):
             return await self._script(name)(keys=list(keys), args=list(args))
-        except RedisError as exc:
-            raise StoreUnavailable(name, f"{type(exc).__name__}: {exc}") from exc
-        except OSError as exc:
-            raise StoreUnavailable(name, f"{type(exc).__name__}: {exc}") from exc

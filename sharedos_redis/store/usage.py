@@ -12,9 +12,9 @@ from collections.abc import Awaitable
 from typing import cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ..errors import ConfigurationError, StoreUnavailable
+from ..errors import ConfigurationError
+from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys
 from .scripts import Scripts
 
@@ -54,6 +54,6 @@ class RedisGrantUsageStore:
         try:
             raw = await cast("Awaitable[bytes | None]",
                              self._redis.hget(Keys(namespace_id).usage, grant_id))
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("usage.used", type(exc).__name__) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("usage.used", exc) from exc
         return 0 if raw is None else int(raw)

@@ -21,12 +21,13 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
-from ..errors import StoreUnavailable
+from ..errors import SharedOSError
 from ..faults import fault_point
 from ..kernel.contracts import format_timestamp
 from ..kernel.ids import new_id
+from ..store.boundary import STORE_ERRORS, store_unavailable
 from ..store.keys import RELAY_GROUP, Keys
 from ..store.scripts import Scripts
 
@@ -113,9 +114,9 @@ class OutboxRelay:
                 await self._redis.xgroup_create(outbox, RELAY_GROUP, id="0", mkstream=True)
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
-                    raise StoreUnavailable("relay.ensure_groups", type(exc).__name__) from exc
-            except (RedisError, OSError) as exc:
-                raise StoreUnavailable("relay.ensure_groups", type(exc).__name__) from exc
+                    raise store_unavailable("relay.ensure_groups", exc) from exc
+            except STORE_ERRORS as exc:
+                raise store_unavailable("relay.ensure_groups", exc) from exc
 
     async def step(self, *, block_ms: int | None = None) -> int:
         """Read new entries once (XREADGROUP, blocking up to ``block_ms``) and relay them.
@@ -135,9 +136,9 @@ class OutboxRelay:
             if _missing_group(exc):
                 await self.ensure_groups()
                 return 0
-            raise StoreUnavailable("relay.step", type(exc).__name__) from exc
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("relay.step", type(exc).__name__) from exc
+            raise store_unavailable("relay.step", exc) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("relay.step", exc) from exc
         handled = 0
         for outbox, entries in streams or ():
             handled += await self._relay(self._keys[_text(outbox)], entries)
@@ -176,16 +177,19 @@ class OutboxRelay:
             await self.ensure_groups()
             task_status.started()
             last_claim = -float("inf")
+            backoff_s = 0.0
             while not self._stopping:
                 try:
                     if anyio.current_time() - last_claim >= self._claim_idle_ms / 2000:
                         last_claim = anyio.current_time()
                         await self.claim_stale()
                     await self.step()
-                except StoreUnavailable:
-                    _log.warning("outbox relay: Redis failed; retrying", exc_info=True)
-                    with anyio.move_on_after(min(1.0, max(self._block_ms, 50) / 1000)):
+                except SharedOSError as exc:  # mapped store errors; the loop never dies
+                    with anyio.move_on_after(backoff_s := min(2.0, backoff_s * 2 or 0.05)):
+                        _log.warning("outbox relay: %s; retrying in up to %.2fs", exc, backoff_s)
                         await stop_requested.wait()
+                else:
+                    backoff_s = 0.0
         finally:
             self.stopped.set()
 
@@ -204,9 +208,9 @@ class OutboxRelay:
             if _missing_group(exc):
                 await self.ensure_groups()
                 return ["0-0", []]
-            raise StoreUnavailable("relay.claim_stale", type(exc).__name__) from exc
-        except (RedisError, OSError) as exc:
-            raise StoreUnavailable("relay.claim_stale", type(exc).__name__) from exc
+            raise store_unavailable("relay.claim_stale", exc) from exc
+        except STORE_ERRORS as exc:
+            raise store_unavailable("relay.claim_stale", exc) from exc
 
     async def _relay(self, keys: Keys, entries: Sequence[_Entry]) -> int:
         handled = 0

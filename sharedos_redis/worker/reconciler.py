@@ -22,6 +22,7 @@ from anyio.abc import TaskStatus
 
 from ..errors import SharedOSError
 from ..faults import fault_point
+from ..store.boundary import Backoff
 from ..transport.relay import OutboxRelay
 from .host import MessagingHost
 
@@ -75,11 +76,17 @@ class Reconciler:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile every ``reconcile_interval_s`` until :meth:`stop`."""
         task_status.started()
+        backoff = Backoff("reconciler", log)
         while not self._stopped:
             try:
                 await self.reconcile_once()
-            except SharedOSError as exc:
-                log.warning("reconcile pass failed: %s", exc)
+            except SharedOSError as exc:  # every store error is mapped: wait and resume
+                await backoff.wait(exc)
+                continue
+            except Exception:  # a bug in one pass must not stop repairs for good
+                log.exception("reconcile pass failed")
+            else:
+                backoff.reset()
             await anyio.sleep(self.host.settings.reconcile_interval_s)
 
     def stop(self) -> None:
