@@ -43,7 +43,8 @@ def build(redis: Redis, namespace: str, *, url: str | None = None,
     """The benchmark host on ``redis`` (default ``HostSettings``: poll 5 ms, 32 jobs)."""
     agents = {name: AgentSpec(_Noop(), authority=OWNER, owner=OWNER)
               for name in (REQUESTER, RECIPIENT)}
-    return MessagingHost(redis, namespace=namespace, agents=agents, redis_url=url,
+    return MessagingHost(redis, namespace=namespace, agents=agents,
+                         connection=RedisSettings.from_url(url) if url else None,
                          settings=settings or HostSettings())
 
 

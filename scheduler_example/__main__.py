@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 import anyio
 from redis.asyncio import Redis
 
+from sharedos_redis.store.client import RedisSettings
 from sharedos_redis.worker.local import LocalWorker
 
 from .app import build_host, issue_grants
@@ -47,7 +48,7 @@ async def _client(url: str | None) -> AsyncIterator[Redis]:
     else:
         from sharedos_redis.store.client import RedisSettings, create_redis
 
-        client = create_redis(RedisSettings(url=url))
+        client = create_redis(RedisSettings.from_url(url))
     try:
         yield client
     finally:
@@ -60,7 +61,8 @@ async def main(argv: Sequence[str] | None = None) -> int:
     transcript = Transcript()
     namespace = args.namespace or os.environ.get("SHAREDOS_NAMESPACE", "scheduler-example")
     async with _client(args.redis_url) as redis:
-        host = build_host(redis, transcript=transcript, redis_url=args.redis_url,
+        connection = None if args.redis_url is None else RedisSettings.from_url(args.redis_url)
+        host = build_host(redis, transcript=transcript, connection=connection,
                           namespace=namespace)
         backend = "embedded fakeredis" if args.redis_url is None else args.redis_url
         local = args.redis_url is None or args.in_process_worker

@@ -28,6 +28,7 @@ from sharedos_redis.kernel.contracts import (
     format_timestamp,
     human,
 )
+from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
 
@@ -75,12 +76,13 @@ def _agents(transcript: Transcript) -> dict[str, AgentSpec]:
 
 
 def build_host(redis: Redis, *, transcript: Transcript | None = None,
-               redis_url: str | None = None, namespace: str = NAMESPACE) -> MessagingHost:
+               connection: RedisSettings | None = None,
+               namespace: str = NAMESPACE) -> MessagingHost:
     """The example's host on ``redis``."""
     settings = HostSettings(request_timeout_s=20, turn_timeout_s=15, lease_s=5,
                             default_budget_hops=8)
     built = MessagingHost(redis, namespace=namespace, agents=_agents(transcript or Transcript()),
-                          settings=settings, redis_url=redis_url)
+                          settings=settings, connection=connection)
     built.register_tool(FILES_READ, read_atlas_file)
     return built
 
@@ -88,14 +90,13 @@ def build_host(redis: Redis, *, transcript: Transcript | None = None,
 def host() -> MessagingHost:
     """The host a separate worker loads: ``sharedos-redis worker --app scheduler_example:host``.
 
-    Reads ``SHAREDOS_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) and
-    ``SHAREDOS_NAMESPACE`` (default ``scheduler-example``).
+    Connects as ``SHAREDOS_REDIS_*`` say (``SHAREDOS_REDIS_URL``, default
+    ``redis://127.0.0.1:6379/0``; TLS, ACL user, Sentinel: see ``RedisSettings``) and
+    serves ``SHAREDOS_NAMESPACE`` (default ``scheduler-example``).
     """
-    url = os.environ.get("SHAREDOS_REDIS_URL", "redis://127.0.0.1:6379/0")
+    connection = RedisSettings.from_env()
     namespace = os.environ.get("SHAREDOS_NAMESPACE", NAMESPACE)
-    from sharedos_redis.store.client import RedisSettings, create_redis
-
-    return build_host(create_redis(RedisSettings(url=url)), redis_url=url, namespace=namespace,
+    return build_host(create_redis(connection), connection=connection, namespace=namespace,
                       transcript=Transcript(echo=False))
 
 

@@ -1,35 +1,79 @@
-"""The one Redis client factory: settings in, a bounded async client out.
+"""The one connection description and client factory: settings in, bounded clients out.
 
-Owns ``RedisSettings`` and ``create_redis``. Every connection comes from a
-``BlockingConnectionPool`` (a caller waits for a free connection, at most
-``pool_timeout_s``, instead of opening an unbounded number), and every socket
-operation is bounded by ``socket_timeout_s`` so no call can hang forever.
+Owns :class:`RedisSettings`, :func:`create_pool` and :func:`create_redis`. The
+host's client, the worker's arq pool, the CLI and every extra connection are built
+from the same settings by the same function, so TLS, credentials, database and
+Sentinel can never differ between the app and its workers.
+
+Every pool is blocking (a caller waits for a free connection, at most
+``pool_timeout_s``, instead of opening an unbounded number) and every socket
+operation is bounded by ``socket_timeout_s``. URL forms:
+
+- ``redis://[user:password@]host:port/db``, ``unix:///path?db=0``
+- ``rediss://...`` — TLS; hostname verification is on unless ``ssl_check_hostname``
+  is False; ``ssl_ca_certs`` names a private CA, ``ssl_certfile``/``ssl_keyfile`` a
+  client certificate.
+- ``redis+sentinel://[user:password@]host:port[,host:port...]/<master>[/<db>]`` —
+  the primary named ``<master>`` as the sentinels report it (``rediss+sentinel://``
+  for TLS); authority and every other read go to the primary.
+
 Imports no fakeredis: tests build their own clients.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Self
+from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
-from redis.asyncio import BlockingConnectionPool, Redis
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
-__all__ = ["RedisSettings", "create_redis"]
+from ..errors import ConfigurationError
+
+__all__ = ["ENV_PREFIX", "RedisSettings", "create_pool", "create_redis"]
+
+ENV_PREFIX = "SHAREDOS_REDIS_"
+"""Environment variables read by :meth:`RedisSettings.from_env`: ``SHAREDOS_REDIS_URL``,
+``SHAREDOS_REDIS_PASSWORD``, ``SHAREDOS_REDIS_SSL_CA_CERTS``, ... (prefix + field name)."""
+
+_SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
 
 
 class RedisSettings(BaseModel):
-    """How to reach Redis.
+    """How to reach Redis: one description for the host, the workers and the CLI.
 
-    ``socket_timeout_s`` must exceed any ``BLOCK`` a caller uses (the relay blocks
-    ``block_ms``, 1 s by default), or the blocked read times out as an error.
-    ``max_connections`` bounds the process: a connection is held only for one
-    command (waiters hold none; the reply listener and the relay each keep one
-    while blocked), so a handful serves thousands of concurrent requests.
+    Attributes:
+        url: see the module doc for the accepted forms.
+        username: ACL user (overrides the URL's).
+        password: password (overrides the URL's); never shown in ``repr``.
+        db: database number (overrides the URL's).
+        ssl_ca_certs: CA bundle that signs the server certificate (``rediss`` only).
+        ssl_certfile: client certificate, for servers that require one.
+        ssl_keyfile: the client certificate's key.
+        ssl_check_hostname: verify the server certificate names the host (on by default).
+        sentinel_password: password of the sentinels themselves, if they require one.
+        max_connections: connections per pool. One is held only for one command (waiters
+            hold none; the reply listener and the relay keep one each while blocked).
+        socket_timeout_s: bound of one socket operation; must exceed any ``BLOCK`` a
+            caller uses (the relay blocks ``block_ms``, 1 s by default).
+        socket_connect_timeout_s: bound of connecting.
+        pool_timeout_s: how long a caller waits for a free connection.
+        health_check_interval_s: idle connections are PINGed before reuse after this long.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    url: str = "redis://127.0.0.1:6379/0"
+    url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)  # may hold a password
+    username: str | None = None
+    password: SecretStr | None = None
+    db: int | None = Field(default=None, ge=0)
+    ssl_ca_certs: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_check_hostname: bool = True
+    sentinel_password: SecretStr | None = None
     max_connections: int = Field(default=8, gt=0)
     socket_timeout_s: float = Field(default=10.0, gt=0)
     socket_connect_timeout_s: float = Field(default=5.0, gt=0)
@@ -38,23 +82,153 @@ class RedisSettings(BaseModel):
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> Self:
-        """Settings for ``url`` (``redis://``, ``rediss://`` or ``unix://``) plus overrides."""
-        return cls(url=url, **overrides)
+        """Settings for ``url`` plus field overrides.
+
+        Raises:
+            ConfigurationError: the URL or an override is invalid.
+        """
+        return cls.checked(url=url, **overrides)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
+        """Settings from ``SHAREDOS_REDIS_<FIELD>`` variables (``SHAREDOS_REDIS_URL``, ...).
+
+        Args:
+            environ: where to read (default ``os.environ``).
+            overrides: fields that win over the environment.
+
+        Raises:
+            ConfigurationError: a variable holds an invalid value.
+        """
+        import os
+
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            name: env[ENV_PREFIX + name.upper()]
+            for name in cls.model_fields if ENV_PREFIX + name.upper() in env}
+        return cls.checked(**{**values, **overrides})
+
+    @classmethod
+    def checked(cls, **values: Any) -> Self:
+        """Build and validate settings, raising :class:`ConfigurationError` when invalid."""
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "settings"
+            raise ConfigurationError(f"invalid Redis setting {where}: {first['msg']}") from None
+        settings.scheme()  # validates the URL form
+        return settings
+
+    def scheme(self) -> str:
+        """The URL scheme, checked against the TLS options.
+
+        Raises:
+            ConfigurationError: unknown scheme, or TLS files given for a plain URL.
+        """
+        scheme = urlsplit(self.url).scheme
+        if scheme not in {"redis", "rediss", "unix", *_SENTINEL_SCHEMES}:
+            raise ConfigurationError(f"unsupported Redis URL scheme {scheme!r}")
+        tls_files = self.ssl_ca_certs or self.ssl_certfile or self.ssl_keyfile
+        if tls_files and scheme not in {"rediss", "rediss+sentinel"}:
+            raise ConfigurationError("TLS files are set but the URL is not rediss:// "
+                                     "(or rediss+sentinel://)")
+        return scheme
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections use TLS."""
+        return self.scheme() in {"rediss", "rediss+sentinel"}
+
+    def redacted_url(self) -> str:
+        """The URL with any password replaced by ``***`` (for logs and errors)."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return parts._replace(netloc=netloc).geturl()
+
+    def _connection_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "socket_timeout": self.socket_timeout_s,
+            "socket_connect_timeout": self.socket_connect_timeout_s,
+            "health_check_interval": self.health_check_interval_s,
+            "decode_responses": False,
+        }
+        if self.username is not None:
+            kwargs["username"] = self.username
+        if self.password is not None:
+            kwargs["password"] = self.password.get_secret_value()
+        if self.db is not None:
+            kwargs["db"] = self.db
+        if self.tls:
+            kwargs.update(ssl_ca_certs=self.ssl_ca_certs, ssl_certfile=self.ssl_certfile,
+                          ssl_keyfile=self.ssl_keyfile, ssl_check_hostname=self.ssl_check_hostname,
+                          ssl_cert_reqs="required")
+        return kwargs
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """A Sentinel-managed pool whose callers wait for a free connection, like the others."""
+
+
+def _sentinel_pool(settings: RedisSettings) -> ConnectionPool:
+    parts = urlsplit(settings.url)
+    hosts = []
+    for item in parts.netloc.rpartition("@")[2].split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(f"invalid sentinel address {item!r} in the Redis URL")
+        hosts.append((host.strip("[]"), int(port)))
+    path = [unquote(p) for p in parts.path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigurationError("a sentinel URL names the primary: "
+                                 "redis+sentinel://host:port[,host:port]/<master>[/<db>]")
+    kwargs = settings._connection_kwargs()
+    if parts.username and "username" not in kwargs:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password and "password" not in kwargs:
+        kwargs["password"] = unquote(parts.password)
+    kwargs.setdefault("db", int(path[1]) if len(path) == 2 else 0)
+    tls = settings.tls
+    sentinel_kwargs: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_connect_timeout_s}
+    if settings.sentinel_password is not None:
+        sentinel_kwargs["password"] = settings.sentinel_password.get_secret_value()
+    if tls:
+        sentinel_kwargs.update({k: v for k, v in kwargs.items() if k.startswith("ssl_")},
+                               ssl=True)
+    manager = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+    return _BlockingSentinelPool(  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        path[0], manager, ssl=tls, max_connections=settings.max_connections,
+        timeout=settings.pool_timeout_s, is_master=True, **kwargs)
+
+
+def create_pool(settings: RedisSettings) -> ConnectionPool:
+    """A bounded, blocking connection pool for ``settings`` (plain, TLS or Sentinel).
+
+    Raises:
+        ConfigurationError: the URL or the TLS options are invalid.
+    """
+    if settings.scheme() in _SENTINEL_SCHEMES:
+        return _sentinel_pool(settings)
+    try:
+        return BlockingConnectionPool.from_url(
+            settings.url, max_connections=settings.max_connections,
+            timeout=settings.pool_timeout_s, **settings._connection_kwargs())
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid Redis URL {settings.redacted_url()}: {exc}") from None
 
 
 def create_redis(settings: RedisSettings) -> Redis:
-    """A client on a bounded, blocking connection pool.
+    """A client on a pool from :func:`create_pool`.
 
     The client owns its pool: ``await client.aclose()`` closes both. Responses
     are bytes (``decode_responses=False``, like arq's pool).
+
+    Raises:
+        ConfigurationError: the URL or the TLS options are invalid.
     """
-    pool = BlockingConnectionPool.from_url(
-        settings.url,
-        max_connections=settings.max_connections,
-        timeout=settings.pool_timeout_s,
-        socket_timeout=settings.socket_timeout_s,
-        socket_connect_timeout=settings.socket_connect_timeout_s,
-        health_check_interval=settings.health_check_interval_s,
-        decode_responses=False,
-    )
-    return Redis.from_pool(pool)
+    return Redis.from_pool(create_pool(settings))
+

@@ -27,6 +27,10 @@ Key (type) — owner — lifetime:
 - ``sos:{ns}:usage`` (hash grant id → uses spent) — usage store.
 - ``sos:{ns}:audit`` (stream, MAXLEN ~) — audit sink.
 - ``sos:{ns}:dead`` (stream, MAXLEN ~) — dead letters ``{id, reason, at}``.
+- ``sos:{ns}:arq:queue`` (sorted set) and ``sos:{ns}:arq:queue:health-check`` (string)
+  — the namespace's own arq queue and worker health line; arq's per-job keys are
+  ``arq:<kind>:`` + :meth:`Keys.job_id`, so they carry the namespace's hash tag and
+  one ACL pattern ``~arq:*:sos:{ns}:*`` covers them (see the README's ACL rule).
 """
 
 from __future__ import annotations
@@ -136,6 +140,15 @@ class Keys:
     def audit(self) -> str:
         """Stream: the namespace's audit records."""
         return f"{self.prefix}audit"
+
+    @property
+    def arq_queue(self) -> str:
+        """Sorted set: this namespace's arq queue (a worker takes only its own jobs)."""
+        return f"{self.prefix}arq:queue"
+
+    def job_id(self, message_id: str, suffix: str = "") -> str:
+        """The arq job id of a request's turn (``suffix`` distinguishes re-wakes)."""
+        return f"{self.prefix}turn:{encode_id(message_id)}{suffix}"
 
     @property
     def dead(self) -> str:

@@ -54,7 +54,7 @@ def build(redis: Redis, ns: str, *, url: str | None = None, agents: int = 1,
              for name in agent_names(agents)}
     specs[REQUESTER] = AgentSpec(ScriptedRuntime(_idle), authority=OWNER, owner=OWNER)
     return MessagingHost(redis, namespace=ns, agents=specs, settings=HostSettings(**values),
-                         redis_url=url)
+                         connection=RedisSettings.from_url(url) if url else None)
 
 
 async def grant_all(host: MessagingHost, senders: list[str], recipients: list[str]) -> None:
