@@ -75,6 +75,7 @@ HostReason = Literal[
     "recipient_turn_denied",
     "recipient_turn_failed",
     "recipient_turn_cancelled",
+    "recipient_turn_interrupted",
 ]
 
 ReasonCode = AuthorizationReason | MessagingReason | TurnReason | HostReason

@@ -13,6 +13,7 @@ Imports no I/O library.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -59,6 +60,8 @@ __all__ = [
     "TurnLimits",
     "TurnRequest",
 ]
+
+_log = logging.getLogger("sharedos_redis.turn")
 
 _AUDIT_OUTCOME: dict[str, AuditOutcome] = {
     "succeeded": "succeeded", "denied": "denied", "failed": "failed", "cancelled": "failed",
@@ -182,6 +185,9 @@ class TurnExecutor:
                 output = await self._runtime.run(turn, host)
             except Exception:  # its text never leaves the turn; cancellation propagates
                 runtime_failed = True
+                # the operator's log gets the traceback; the model and the audit get a code
+                _log.error("runtime of agent %s raised in turn %s", request.agent.id,
+                           request.execution_id, exc_info=True)
             finally:
                 host.closed = True
         if deadline.cancel_called:

@@ -1,9 +1,16 @@
 """arq integration: build ``WorkerSettings`` from a :class:`MessagingHost`.
 
-Users start a worker with ``sharedos-redis worker --app mymodule:host`` or with
-arq's CLI on ``WorkerSettings = worker_settings(host)``. Jobs are JSON, not
-pickle; a turn's arq job id is derived from the message id so two relays
-enqueue it once; ``keep_result=0`` frees the id as soon as the job ends.
+Users start a worker with ``sharedos-redis worker --app mymodule:host`` (which adds
+outage survival and a graceful drain, see :mod:`~sharedos_redis.worker.process`) or
+with arq's CLI on ``WorkerSettings = worker_settings(host)``. Jobs are JSON, not
+pickle; ``keep_result=0`` frees a job id as soon as the job ends.
+
+Tenant isolation: each namespace has its own arq queue and health-check key
+(``sos:{ns}:arq:queue``), and job ids carry the namespace's hash tag
+(:meth:`Keys.job_id`), so a worker only ever takes its own namespace's jobs and a
+Redis ACL user limited to the namespace's key patterns can run it. The arq pool is
+built from the host's :class:`~sharedos_redis.store.client.RedisSettings`, so TLS,
+credentials and Sentinel are exactly the host's.
 
 Direct dispatch (``HostSettings.direct_dispatch``, on by default): the relay runs
 in the worker, so when the worker has a free turn slot it starts the woken turn
@@ -26,62 +33,30 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 from arq import ArqRedis
-from arq.connections import RedisSettings as ArqRedisSettings
-from arq.worker import func
+from arq.worker import Retry, func
 
 from ..errors import ConfigurationError
-from ..store.keys import encode_id
+from ..store.boundary import store_errors
+from ..store.client import create_pool
+from ..store.keys import Keys
 from .host import MessagingHost
 from .services import WorkerServices
 from .turns import TurnRunner
 
-__all__ = ["job_id", "run_turn", "worker_settings"]
+__all__ = ["APP_KEY", "WorkerApp", "run_turn", "worker_settings"]
 
 log = logging.getLogger("sharedos_redis.worker")
-_RUNNER = "sharedos_runner"
-_SLOTS = "sharedos_turn_slots"
-_SERVICES = "sharedos_services"
-_TASK = "sharedos_services_task"
-
-
-def job_id(namespace: str, message_id: str, suffix: str = "") -> str:
-    """The arq job id of a request's turn (``suffix`` distinguishes re-runs)."""
-    return f"sos:{encode_id(namespace)}:{encode_id(message_id)}{suffix}"
+APP_KEY = "sharedos_app"
+"""The ``worker_settings`` entry (and arq ``ctx`` key) holding the :class:`WorkerApp`."""
 
 
 async def run_turn(ctx: dict[str, Any], namespace: str, message_id: str) -> str:
     """The arq job: run (or skip, if already claimed or settled) one recipient turn."""
-    runner: TurnRunner = ctx[_RUNNER]
-    async with ctx[_SLOTS]:  # shared with directly dispatched turns
-        return await runner.run_safely(namespace, message_id)
-
-
-class _DirectTurns:
-    """Starts a woken turn in this worker when one of its turn slots is free."""
-
-    def __init__(self, runner: TurnRunner, slots: anyio.CapacityLimiter) -> None:
-        self.runner, self.slots = runner, slots
-        self.tg: TaskGroup | None = None
-
-    def try_start(self, namespace: str, message_id: str) -> bool:
-        """Start the turn now if a slot is free; False means: enqueue it instead."""
-        if self.tg is None:
-            return False
-        token = object()
-        try:
-            self.slots.acquire_on_behalf_of_nowait(token)
-        except anyio.WouldBlock:
-            return False
-        self.tg.start_soon(self._run, namespace, message_id, token)
-        return True
-
-    async def _run(self, namespace: str, message_id: str, token: object) -> None:
-        try:
-            await self.runner.run_safely(namespace, message_id)
-        except Exception:  # one broken turn must not stop the worker; its lease expires
-            log.exception("turn %s/%s crashed", namespace, message_id)
-        finally:
-            self.slots.release_on_behalf_of(token)
+    app: WorkerApp = ctx[APP_KEY]
+    if not app.runner.accepting:  # picked just as a drain began: let another worker run it
+        raise Retry(defer=0.1)
+    async with app.slots:  # shared with directly dispatched turns
+        return await app.runner.run_safely(namespace, message_id)
 
 
 def _dumps(value: dict[str, Any]) -> bytes:
@@ -93,73 +68,128 @@ def _loads(raw: bytes) -> dict[str, Any]:
     return loaded
 
 
-def worker_settings(host: MessagingHost) -> dict[str, Any]:
-    """arq ``WorkerSettings`` (as a dict arq's ``run_worker`` and CLI accept) for ``host``.
+class WorkerApp:
+    """One worker process's pieces: turn runner, slots, relay + reconciler, wake-ups.
+
+    Args:
+        host: the messaging host; it must carry its ``connection`` settings.
 
     Raises:
-        ConfigurationError: the host was not built with a ``redis_url`` (use
-            :meth:`MessagingHost.from_url`); a worker in another process needs one.
+        ConfigurationError: the host has no connection settings (build it with
+            :meth:`MessagingHost.from_url` or :meth:`MessagingHost.from_settings`).
     """
-    if not host.redis_url:
-        raise ConfigurationError("worker needs a host built with MessagingHost.from_url(url, ...)")
-    s = host.settings
-    worker_name = f"{socket.gethostname()}-{os.getpid()}"
 
-    async def on_startup(ctx: dict[str, Any]) -> None:
-        pool: ArqRedis = ctx["redis"]
-        runner = ctx[_RUNNER] = TurnRunner(host, worker=worker_name)
-        slots = ctx[_SLOTS] = anyio.CapacityLimiter(s.max_jobs)
+    def __init__(self, host: MessagingHost) -> None:
+        if host.connection is None:
+            raise ConfigurationError("a worker needs a host built with MessagingHost.from_url "
+                                     "or MessagingHost.from_settings")
+        self.host = host
+        self.keys = Keys(host.namespace)
+        self.name = f"{socket.gethostname()}-{os.getpid()}"
+        self.runner = TurnRunner(host, worker=self.name, on_hand_back=self.hand_back)
+        self.slots = anyio.CapacityLimiter(host.settings.max_jobs)
+        self.pool = ArqRedis(create_pool(host.connection), job_serializer=_dumps,
+                             job_deserializer=_loads, default_queue_name=self.keys.arq_queue)
+        self.services: WorkerServices | None = None
+        self._tg: TaskGroup | None = None
+        self._task: asyncio.Task[None] | None = None
 
-        direct = _DirectTurns(runner, slots)
+    async def _enqueue(self, namespace: str, message_id: str, suffix: str = "") -> None:
+        keys = Keys(namespace)
+        with store_errors("wake"):
+            await self.pool.enqueue_job("run_turn", namespace, message_id,
+                                        _job_id=keys.job_id(message_id, suffix),
+                                        _queue_name=keys.arq_queue)
 
-        async def wake(namespace: str, message_id: str) -> None:
-            if s.direct_dispatch and direct.try_start(namespace, message_id):
-                return
-            await pool.enqueue_job("run_turn", namespace, message_id,
-                                   _job_id=job_id(namespace, message_id))
+    def _try_direct(self, namespace: str, message_id: str) -> bool:
+        """Start the turn in this worker now if a slot is free (False: enqueue it)."""
+        if self._tg is None or not self.runner.accepting:
+            return False
+        token = object()
+        try:
+            self.slots.acquire_on_behalf_of_nowait(token)
+        except anyio.WouldBlock:
+            return False
+        self._tg.start_soon(self._run_direct, namespace, message_id, token)
+        return True
 
-        async def rewake(namespace: str, message_id: str, reason: str) -> None:
-            # A time bucket per lease period: reconcilers racing in one period enqueue one
-            # job; a duplicate across periods is harmless (the claim script says busy).
-            bucket = int(time.time() // s.lease_s)
-            await pool.enqueue_job("run_turn", namespace, message_id,
-                                   _job_id=job_id(namespace, message_id, f":{reason}:{bucket}"))
+    async def _run_direct(self, namespace: str, message_id: str, token: object) -> None:
+        try:
+            await self.runner.run_safely(namespace, message_id)
+        except Exception:  # one broken turn must not stop the worker; its lease expires
+            log.exception("turn %s/%s crashed", namespace, message_id)
+        finally:
+            self.slots.release_on_behalf_of(token)
 
-        services = WorkerServices(host, wake=wake, rewake=rewake, consumer=worker_name)
-        ctx[_SERVICES] = services
+    async def wake(self, namespace: str, message_id: str) -> None:
+        """Start (direct dispatch) or enqueue the turn of a newly accepted request."""
+        if self.host.settings.direct_dispatch and self._try_direct(namespace, message_id):
+            return
+        await self._enqueue(namespace, message_id)
+
+    async def rewake(self, namespace: str, message_id: str, reason: str) -> None:
+        """Enqueue the turn again after a lost job or lease."""
+        # A time bucket per lease period: reconcilers racing in one period enqueue one
+        # job; a duplicate across periods is harmless (the claim script says busy).
+        bucket = int(time.time() // self.host.settings.lease_s)
+        await self._enqueue(namespace, message_id, f":{reason}:{bucket}")
+
+    async def hand_back(self, namespace: str, message_id: str) -> None:
+        """A draining worker released this turn: enqueue it for another worker now."""
+        await self._enqueue(namespace, message_id, f":handback:{time.time_ns()}")
+
+    async def on_startup(self, ctx: dict[str, Any]) -> None:
+        """arq start-up: enter the host and start relay + reconciler beside the turns."""
+        ctx[APP_KEY] = self
+        services = self.services = WorkerServices(
+            self.host, wake=self.wake, rewake=self.rewake, consumer=self.name)
         started = asyncio.Event()
 
         async def background() -> None:
-            async with host, anyio.create_task_group() as tg:
-                direct.tg = tg
+            async with self.host, anyio.create_task_group() as tg:
+                self._tg = tg
                 await tg.start(services.run)
                 started.set()
 
-        task = ctx[_TASK] = asyncio.create_task(background())
+        task = self._task = asyncio.create_task(background())
         ready = asyncio.create_task(started.wait())
         await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
         if task.done():  # the services failed to start: surface why
             ready.cancel()
             task.result()
 
-    async def on_shutdown(ctx: dict[str, Any]) -> None:
-        services: WorkerServices | None = ctx.get(_SERVICES)
-        task: asyncio.Task[None] | None = ctx.get(_TASK)
-        if services is not None and task is not None:
-            services.stop()
-            await asyncio.wait_for(task, timeout=services.relay_block_s + 5)
+    async def on_shutdown(self, ctx: dict[str, Any]) -> None:
+        """arq shut-down: stop relay + reconciler and leave the host."""
+        if self.services is not None and self._task is not None:
+            self.services.stop()
+            await asyncio.wait_for(self._task, timeout=self.services.relay_block_s + 5)
 
-    return {
-        "functions": [func(run_turn, name="run_turn", keep_result=0)],
-        "redis_settings": ArqRedisSettings.from_dsn(host.redis_url),
-        "on_startup": on_startup,
-        "on_shutdown": on_shutdown,
-        "max_jobs": s.max_jobs,
-        "job_timeout": s.job_timeout_s,
-        "keep_result": 0,
-        "poll_delay": s.poll_delay_s,
-        "job_serializer": _dumps,
-        "job_deserializer": _loads,
-        "health_check_interval": 60,
-        "job_completion_wait": int(s.turn_timeout_s),
-    }
+    def settings(self) -> dict[str, Any]:
+        """arq ``WorkerSettings`` as a dict (arq's ``run_worker`` and CLI accept it)."""
+        s = self.host.settings
+        return {
+            "functions": [func(run_turn, name="run_turn", keep_result=0)],
+            "redis_pool": self.pool,
+            "queue_name": self.keys.arq_queue,
+            "on_startup": self.on_startup,
+            "on_shutdown": self.on_shutdown,
+            "max_jobs": s.max_jobs,
+            "job_timeout": s.job_timeout_s,
+            "keep_result": 0,
+            "poll_delay": s.poll_delay_s,
+            "job_serializer": _dumps,
+            "job_deserializer": _loads,
+            "health_check_interval": 60,
+            "job_completion_wait": int(s.turn_timeout_s),
+            APP_KEY: self,
+        }
+
+
+def worker_settings(host: MessagingHost) -> dict[str, Any]:
+    """arq ``WorkerSettings`` (as a dict arq's ``run_worker`` and CLI accept) for ``host``.
+
+    Raises:
+        ConfigurationError: the host has no connection settings (use
+            :meth:`MessagingHost.from_url` or :meth:`MessagingHost.from_settings`).
+    """
+    return WorkerApp(host).settings()

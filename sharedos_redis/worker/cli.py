@@ -1,33 +1,38 @@
 """The ``sharedos-redis`` command line: one click group, no logic of its own.
 
-Results go to stdout, logs to stderr. Exit 0 on success, 1 on a
-:class:`~sharedos_redis.errors.SharedOSError` or an unreachable/invalid Redis
-(one line; a traceback only with ``--verbose``), 2 on usage errors.
+Results go to stdout, logs to stderr (``--log-level``, ``--log-format text|json``).
+Exit 0 on success, 1 on a :class:`~sharedos_redis.errors.SharedOSError` or an
+unreachable Redis (one line; a traceback only with ``--verbose``), 2 on usage errors
+and on worker start-up errors (bad app, bad settings, unreachable Redis).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import json
 import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import click
+from click.core import ParameterSource
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from ..errors import SharedOSError, StoreUnavailable
+from ..errors import ConfigurationError, SharedOSError
 from ..kernel.contracts import service
 from ..router.router import RedisRequestRouter
 from ..store.audit import RedisAuditSink
+from ..store.boundary import STORE_ERRORS, store_errors, store_unavailable
 from ..store.budget import TraceBudget
 from ..store.client import RedisSettings, create_redis
 from ..store.markers import MarkerStore
 from .host import MessagingHost, budget_set_event
+from .logs import LogFormat, configure_logging
 
 __all__ = ["main"]
 
@@ -36,64 +41,104 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 
 class _Ctx:
-    def __init__(self, url: str, namespace: str | None, verbose: bool) -> None:
-        self.url, self.namespace, self.verbose = url, namespace, verbose
+    def __init__(self, url: str, url_given: bool, namespace: str | None, verbose: bool) -> None:
+        self.url, self.url_given = url, url_given
+        self.namespace, self.verbose = namespace, verbose
 
     def need_namespace(self) -> str:
         if not self.namespace:
             raise click.UsageError("--namespace (or SHAREDOS_NAMESPACE) is required")
         return self.namespace
 
+    def connection(self) -> RedisSettings:
+        """The connection: the environment's ``SHAREDOS_REDIS_*`` with ``--redis-url``."""
+        try:
+            return RedisSettings.from_env(url=self.url)
+        except ConfigurationError as exc:
+            _fail(str(exc), code=2)
+
     def run(self, job: Callable[[Redis], Awaitable[T]]) -> T:
+        connection = self.connection()
+
         async def main() -> T:
+            redis = create_redis(connection)
             try:
-                redis = create_redis(RedisSettings(url=self.url))
-            except (ValueError, SharedOSError) as exc:
-                raise StoreUnavailable("connect", f"invalid Redis URL: {exc}") from None
-            try:
-                await redis.ping()
-                return await job(redis)
-            except (RedisError, OSError) as exc:
-                raise StoreUnavailable("connect", f"{type(exc).__name__}: {exc}") from exc
+                with store_errors("connect"):
+                    await redis.ping()
+                    return await job(redis)
             finally:
-                await redis.aclose()
+                with contextlib.suppress(*STORE_ERRORS):
+                    await redis.aclose()
 
         try:
             return anyio.run(main)
         except SharedOSError as exc:
             if self.verbose:
                 raise
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
+            _fail(str(exc), code=1)
+
+
+def _fail(message: str, *, code: int) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
 
 
 pass_ctx = click.make_pass_decorator(_Ctx)
 
 
 @click.group()
-@click.option("--redis-url", envvar="SHAREDOS_REDIS_URL", default=DEFAULT_URL, show_default=True)
+@click.option("--redis-url", envvar="SHAREDOS_REDIS_URL", default=DEFAULT_URL, show_default=True,
+              help="Redis to connect to; other SHAREDOS_REDIS_* variables add TLS, ACL "
+                   "user and pool settings.")
 @click.option("--namespace", envvar="SHAREDOS_NAMESPACE", default=None)
+@click.option("--log-level", envvar="SHAREDOS_LOG_LEVEL", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", envvar="SHAREDOS_LOG_FORMAT", default="text", show_default=True,
+              type=click.Choice(["text", "json"]), help="Log lines on stderr as text or JSON.")
 @click.option("--verbose", is_flag=True, help="Show tracebacks.")
 @click.pass_context
-def main(ctx: click.Context, redis_url: str, namespace: str | None, verbose: bool) -> None:
+def main(ctx: click.Context, redis_url: str, namespace: str | None, log_level: str,
+         log_format: LogFormat, verbose: bool) -> None:
     """sharedos-redis: run workers and inspect requests."""
-    ctx.obj = _Ctx(redis_url, namespace, verbose)
+    configure_logging(log_level, log_format)
+    source = ctx.get_parameter_source("redis_url")
+    ctx.obj = _Ctx(redis_url, source is not ParameterSource.DEFAULT, namespace, verbose)
 
 
 def _load_host(spec: str) -> MessagingHost:
+    """Import ``module:attribute`` (a host or a function returning one).
+
+    Raises:
+        ConfigurationError: the spec is malformed, the import fails or it is no host.
+    """
     if os.getcwd() not in sys.path:  # like uvicorn and arq: import the app from the cwd
         sys.path.insert(0, os.getcwd())
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise click.BadParameter("expected module:attribute, e.g. myapp:host", param_hint="--app")
+        raise ConfigurationError(f"--app {spec!r}: expected module:attribute, e.g. myapp:host")
     try:
         value = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise click.BadParameter(f"cannot load {spec}: {exc}", param_hint="--app") from None
-    host = value() if callable(value) and not isinstance(value, MessagingHost) else value
+        host = value() if callable(value) and not isinstance(value, MessagingHost) else value
+    except SharedOSError as exc:
+        raise ConfigurationError(f"--app {spec}: {exc}") from exc
+    except Exception as exc:  # the user's module: any failure is a start-up error
+        raise ConfigurationError(f"--app {spec}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(host, MessagingHost):
-        raise click.BadParameter(f"{spec} is not a MessagingHost", param_hint="--app")
+        raise ConfigurationError(f"--app {spec} is not a MessagingHost")
     return host
+
+
+def _check_url(obj: _Ctx, host: MessagingHost) -> None:
+    """Refuse a ``--redis-url`` (or ``SHAREDOS_REDIS_URL``) the app does not use."""
+    if host.connection is None:
+        raise ConfigurationError("the app's host has no connection settings: build it with "
+                                 "MessagingHost.from_url or MessagingHost.from_settings")
+    if obj.url_given and obj.url != host.connection.url:
+        given = RedisSettings(url=obj.url).redacted_url()
+        raise ConfigurationError(
+            f"--redis-url/SHAREDOS_REDIS_URL is {given} but the app connects to "
+            f"{host.connection.redacted_url()}; the worker uses the app's connection, so make "
+            "them agree (e.g. build the host with RedisSettings.from_env()) or drop the option")
 
 
 @main.command()
@@ -101,21 +146,27 @@ def _load_host(spec: str) -> MessagingHost:
 @click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
 @pass_ctx
 def worker(obj: _Ctx, app: str, burst: bool) -> None:
-    """Run an arq worker for the host's agents (relay and reconciler included)."""
-    import logging.config
+    """Run a worker for the host's agents (relay and reconciler included).
 
-    from arq.logs import default_log_config
-    from arq.worker import run_worker
+    SIGTERM/SIGINT drains (running turns finish within the host's drain_grace_s, the
+    rest are handed back) and exits 0; a second signal stops at once (exit 1).
+    Start-up errors (bad app or settings, unreachable Redis) are one line, exit 2.
+    """
+    from .process import serve
 
-    from .arq_app import worker_settings
-
-    logging.config.dictConfig(default_log_config(obj.verbose))
-    host = _load_host(app)
     try:
-        run_worker(worker_settings(host), burst=burst)
+        host = _load_host(app)
+        _check_url(obj, host)
+        code = asyncio.run(serve(host, burst=burst))
     except SharedOSError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        if obj.verbose:
+            raise
+        _fail(str(exc), code=2)
+    except STORE_ERRORS as exc:
+        if obj.verbose:
+            raise
+        _fail(str(store_unavailable("worker start-up", exc)), code=2)
+    sys.exit(code)
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:

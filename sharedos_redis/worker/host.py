@@ -50,6 +50,7 @@ from ..store.markers import MarkerStore
 from ..store.usage import RedisGrantUsageStore
 from ..transport.deadlines import deadline_scope
 from ..transport.transport import RedisStreamTransport, TransportSettings
+from .effects import EffectTrackingTransport, tracked_handler
 from .settings import HostSettings
 
 __all__ = ["AgentSpec", "MessagingHost", "budget_set_event", "nested_deadline_ms"]
@@ -110,7 +111,8 @@ class MessagingHost:
         agents: agent id → :class:`AgentSpec`.
         grants: the trusted grant source (default: a :class:`RedisGrantStore` on ``redis``).
         settings: timeouts, retries and concurrency.
-        redis_url: the URL workers in other processes connect to (set by :meth:`from_url`).
+        connection: how workers and the CLI reach the same Redis (set by :meth:`from_url`
+            and :meth:`from_settings`; a worker in another process needs it).
     """
 
     redis: Redis
@@ -118,7 +120,7 @@ class MessagingHost:
     agents: Mapping[str, AgentSpec]
     grants: GrantSource | None = None
     settings: HostSettings = field(default_factory=HostSettings)
-    redis_url: str | None = None
+    connection: RedisSettings | None = None
     _tools: list[_Tool] = field(default_factory=list, init=False, repr=False)
     _tg: TaskGroup | None = field(default=None, init=False, repr=False)
 
@@ -136,15 +138,35 @@ class MessagingHost:
         self.markers = MarkerStore(self.redis, retention_s=s.retention_s,
                                    audit_maxlen=s.audit_maxlen)
         self.router = RedisRequestRouter(self.redis, markers=self.markers)
+        # the kernel reaches the transport and the tool handlers through effect counters:
+        # a draining worker may hand back only turns whose effects can safely repeat
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
-                             transport=self.transport, router=self.router)
+                             transport=EffectTrackingTransport(self.transport),
+                             router=self.router)
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str, agents: Mapping[str, AgentSpec],
                  **kwargs: Any) -> MessagingHost:
-        """Build a host with its own bounded client for ``url`` (workers reuse the URL)."""
-        return cls(create_redis(RedisSettings(url=url)), namespace=namespace, agents=agents,
-                   redis_url=url, **kwargs)
+        """Build a host with its own bounded client for ``url`` (workers reuse it).
+
+        Raises:
+            ConfigurationError: the URL is invalid.
+        """
+        return cls.from_settings(RedisSettings.from_url(url), namespace=namespace,
+                                 agents=agents, **kwargs)
+
+    @classmethod
+    def from_settings(cls, connection: RedisSettings, *, namespace: str,
+                      agents: Mapping[str, AgentSpec], **kwargs: Any) -> MessagingHost:
+        """Build a host whose client, workers and CLI all connect as ``connection`` says
+        (TLS, ACL user, Sentinel: see :class:`RedisSettings`; ``RedisSettings.from_env()``
+        reads ``SHAREDOS_REDIS_*``).
+
+        Raises:
+            ConfigurationError: the settings are invalid.
+        """
+        return cls(create_redis(connection), namespace=namespace, agents=agents,
+                   connection=connection, **kwargs)
 
     def register_tool(self, definition: ToolDefinition, handler: ToolHandler) -> None:
         """Register a tool for every agent; each call is still authorized per actor.
@@ -152,6 +174,7 @@ class MessagingHost:
         Raises:
             ConfigurationError: the name is taken or reserved.
         """
+        handler = tracked_handler(definition, handler)
         self.kernel.register_tool(definition, handler)
         self._tools.append(_Tool(definition, handler))
 

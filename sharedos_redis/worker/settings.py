@@ -36,6 +36,8 @@ class HostSettings(BaseModel):
         direct_dispatch: a worker whose relay wakes a turn while it has a free slot runs
             the turn at once instead of enqueueing an arq job and waiting for the next
             poll (re-wakes after crashes and overflow always go through arq).
+        drain_grace_s: on SIGTERM/SIGINT, how long running turns may finish before the
+            worker hands them back (or interrupts those that may not run again).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,6 +54,7 @@ class HostSettings(BaseModel):
     retention_s: int = Field(86_400, ge=1)
     audit_maxlen: int = Field(100_000, ge=1000)
     direct_dispatch: bool = True
+    drain_grace_s: float = Field(10.0, ge=0)
 
     @model_validator(mode="after")
     def _deadline_tree(self) -> Self:

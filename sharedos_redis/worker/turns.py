@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
@@ -29,9 +32,10 @@ from ..kernel.contracts import (
 from ..kernel.ids import new_id
 from ..store.markers import TurnClaim
 from ..transport.deadlines import deadline_scope
+from .effects import TurnEffects, tracking
 from .host import MessagingHost
 
-__all__ = ["TurnRunner", "failure_code"]
+__all__ = ["DrainReport", "TurnRunner", "failure_code"]
 
 log = logging.getLogger("sharedos_redis.worker")
 
@@ -47,23 +51,57 @@ def failure_code(result: ExecutionResult) -> str:
     return _FAILURE_CODES[result.status]
 
 
-class TurnRunner:
-    """Runs recipient turns for one host; safe to call twice for the same request."""
+@dataclass
+class _Active:
+    """A turn this runner is running: how to stop it and what it has caused."""
 
-    def __init__(self, host: MessagingHost, *, worker: str) -> None:
+    agent: str
+    effects: TurnEffects = field(default_factory=TurnEffects)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    handing_back: bool = False
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """How a drain ended: turns that finished in the grace, handed back, interrupted."""
+
+    finished: int
+    handed_back: int
+    interrupted: int
+
+
+class TurnRunner:
+    """Runs recipient turns for one host; safe to call twice for the same request.
+
+    Args:
+        host: the messaging host.
+        worker: this worker's name (recorded on the lease).
+        on_hand_back: ``(namespace, message_id)`` → wake the handed-back turn elsewhere.
+    """
+
+    def __init__(self, host: MessagingHost, *, worker: str,
+                 on_hand_back: Callable[[str, str], Awaitable[None]] | None = None) -> None:
         self.host = host
         self.worker = worker
+        self.on_hand_back = on_hand_back
+        self.accepting = True
+        self.active: dict[str, _Active] = {}
+        self.outcomes: Counter[str] = Counter()
+        self._turn_ended = anyio.Event()
 
     async def run(self, namespace: str, message_id: str) -> str:
         """Claim and run the turn of request ``message_id``; returns what happened.
 
         Returns:
-            ``"replied"``, a failure code, or the claim outcome (``busy``, ``closed``,
-            ``missing``, ``dead``) when there was nothing to run.
+            ``"replied"``, a failure code, ``"handed_back"``, or the claim outcome
+            (``busy``, ``closed``, ``missing``, ``dead``) when there was nothing to run;
+            ``"draining"`` when this runner no longer takes turns.
         """
         host, s = self.host, self.host.settings
         if namespace != host.namespace:
             return "wrong_namespace"
+        if not self.accepting:
+            return "draining"
         fault_point("turn.before_claim")
         claim = await host.markers.claim_turn(
             namespace, message_id, lease_ms=int(s.lease_s * 1000),
@@ -77,7 +115,30 @@ class TurnRunner:
             await host.markers.settle_failure(namespace, message_id, state="failed",
                                               code="recipient_unknown")
             return "recipient_unknown"
-        result = await self._run_leased(claim, request, receiver.id)
+        active = self.active[message_id] = _Active(receiver.id)
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            outcome = await self._run_claimed(claim, request, active)
+            return outcome
+        finally:
+            del self.active[message_id]
+            self.outcomes[outcome] += 1
+            self._turn_ended.set()
+            self._turn_ended = anyio.Event()
+            log.info("turn namespace=%s agent=%s message=%s attempt=%d outcome=%s "
+                     "duration_ms=%d", namespace, receiver.id, message_id, claim.attempt,
+                     outcome, (time.monotonic() - started) * 1000, extra={"turn": {
+                         "namespace": namespace, "agent": receiver.id, "message_id": message_id,
+                         "attempt": claim.attempt, "outcome": outcome,
+                         "duration_ms": round((time.monotonic() - started) * 1000, 1)}})
+
+    async def _run_claimed(self, claim: TurnClaim, request: MessageEnvelope,
+                           active: _Active) -> str:
+        namespace = self.host.namespace
+        result = await self._run_leased(claim, request, active)
+        if result is None and active.handing_back:
+            return await self._hand_back(request.id, claim.attempt, active)
         if result is None:
             return "lease_lost"
         fault_point("turn.before_settle")
@@ -86,39 +147,81 @@ class TurnRunner:
         return outcome
 
     async def _run_leased(self, claim: TurnClaim, request: MessageEnvelope,
-                          agent_id: str) -> ExecutionResult | None:
-        """Run the turn while a sibling task renews the lease; None if the lease was lost."""
+                          active: _Active) -> ExecutionResult | None:
+        """Run the turn while a sibling task renews the lease; None if the lease was lost
+        or the turn was stopped by a drain."""
         host, s = self.host, self.host.settings
         remaining_ms = claim.deadline_ms - int(time.time() * 1000)
         timeout_ms = max(1, min(int(s.turn_timeout_s * 1000), remaining_ms))
         execution = host.execution_request(
-            agent_id, request, execution_id=f"{request.id}#{claim.attempt}", timeout_ms=timeout_ms)
+            active.agent, request, execution_id=f"{request.id}#{claim.attempt}",
+            timeout_ms=timeout_ms)
         result: ExecutionResult | None = None
         lost = False
-        async with anyio.create_task_group() as tg:
+        with active.scope, tracking(active.effects):
+            async with anyio.create_task_group() as tg:
 
-            async def renew() -> None:
-                nonlocal lost
-                period = s.lease_s / 3
-                while True:
-                    await anyio.sleep(period)
-                    try:
-                        ok = await host.markers.renew_lease(
-                            host.namespace, request.id, lease_ms=int(s.lease_s * 1000),
-                            attempt=claim.attempt)
-                    except SharedOSError as exc:  # Redis blipped: try again next period
-                        log.warning("lease renewal of %s failed: %s", request.id, exc)
-                        continue
-                    if not ok:
-                        lost = True
-                        tg.cancel_scope.cancel()
-                        return
+                async def renew() -> None:
+                    nonlocal lost
+                    lost = not await self._renew_until_lost(request.id, claim.attempt)
+                    tg.cancel_scope.cancel()
 
-            tg.start_soon(renew)
-            with deadline_scope(claim.deadline_ms):
-                result = await host.execute(agent_id, execution, attempt=claim.attempt)
-            tg.cancel_scope.cancel()
+                tg.start_soon(renew)
+                with deadline_scope(claim.deadline_ms):
+                    result = await host.execute(active.agent, execution, attempt=claim.attempt)
+                tg.cancel_scope.cancel()
         return None if lost else result
+
+    async def _renew_until_lost(self, message_id: str, attempt: int) -> bool:
+        """Renew the lease every third of it; returns False once another attempt holds it."""
+        host, s = self.host, self.host.settings
+        period = s.lease_s / 3
+        while True:
+            await anyio.sleep(period)
+            try:
+                ok = await host.markers.renew_lease(
+                    host.namespace, message_id, lease_ms=int(s.lease_s * 1000), attempt=attempt)
+            except SharedOSError as exc:  # Redis blipped: try again next period
+                log.warning("lease renewal of %s failed: %s", message_id, exc)
+                continue
+            if not ok:
+                return False
+
+    async def _hand_back(self, message_id: str, attempt: int, active: _Active) -> str:
+        """A drain stopped this turn: run it again elsewhere if that repeats no effect,
+        else end the request with ``recipient_turn_interrupted``."""
+        host = self.host
+        outcome = "recipient_turn_interrupted"
+        with anyio.CancelScope(shield=True):
+            if active.effects.retryable and await host.markers.release_turn(
+                    host.namespace, message_id, attempt=attempt):
+                outcome = "handed_back"
+                if self.on_hand_back is not None:
+                    await self.on_hand_back(host.namespace, message_id)
+            else:
+                await host.markers.settle_failure(host.namespace, message_id, state="failed",
+                                                  code=outcome)
+        return outcome
+
+    async def drain(self, grace_s: float) -> DrainReport:
+        """Stop taking turns, let running ones finish within ``grace_s``, then hand back
+        (or interrupt) the rest; returns once none runs (bounded by ``grace_s`` + 10 s)."""
+        self.accepting = False
+        before = dict(self.outcomes)
+        with anyio.move_on_after(grace_s):
+            while self.active:
+                await self._turn_ended.wait()
+        finished = sum(self.outcomes.values()) - sum(before.values())
+        for active in self.active.values():
+            active.handing_back = True
+            active.scope.cancel()
+        with anyio.move_on_after(10):
+            while self.active:
+                await self._turn_ended.wait()
+        return DrainReport(finished=finished,
+                           handed_back=self.outcomes["handed_back"] - before.get("handed_back", 0),
+                           interrupted=self.outcomes["recipient_turn_interrupted"]
+                           - before.get("recipient_turn_interrupted", 0))
 
     async def _settle(self, namespace: str, request: MessageEnvelope,
                       result: ExecutionResult) -> str:

@@ -57,7 +57,7 @@ def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 
                            tool_namespaces=("messages", "files")),
     }
     host = MessagingHost(redis, namespace=ns, agents=agents, settings=HostSettings(**values),
-                         redis_url=url)
+                         connection=RedisSettings.from_url(url) if url else None)
     host.register_tool(tool("files.alice", "files", ("alice",)), read_file_handler)
     host.register_tool(tool("files.bob", "files", ("bob",)), read_file_handler)
     return host

@@ -168,8 +168,9 @@ def test_cli_one_line_errors(url: str, proc_ns: str) -> None:
     assert len(unknown.stderr.strip().splitlines()) == 1
     down = _cli("redis://127.0.0.1:1/0", proc_ns, "pending")
     assert down.returncode == 1 and "Traceback" not in down.stderr
-    bad = _cli("notaurl://x", proc_ns, "pending")
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    bad = _cli("notaurl://x", proc_ns, "pending")  # a settings error is a usage error
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == ["error: unsupported Redis URL scheme 'notaurl'"]
 
 
 async def test_cli_budget_and_pending_table(client: Redis, url: str, proc_ns: str) -> None:

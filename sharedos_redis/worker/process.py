@@ -1,0 +1,179 @@
+"""The worker process behind ``sharedos-redis worker``: arq, supervised.
+
+arq's own loop exits the process when Redis blips (arq issue #498) and cancels
+running jobs a few seconds after SIGTERM. :func:`serve` runs arq's ``Worker`` with
+three changes:
+
+- **Outages**: a poll that fails with a store error is logged and retried with
+  back-off (:class:`ResilientWorker`); relay, reconciler, listener, audit writer and
+  lease renewal ride out the same outage on their own, so the process resumes by
+  itself when Redis (or a new Sentinel primary) answers again.
+- **Drain**: on SIGTERM/SIGINT the worker stops taking turns (arq stops picking,
+  direct dispatch stops), lets running turns finish within
+  ``HostSettings.drain_grace_s``, then hands the rest back at once — a turn whose
+  every non-repeatable call came back denied or never entered its port is released
+  for another worker to re-run now; any other ends ``recipient_turn_interrupted`` —
+  and exits 0 with one log line. A second signal stops at once (exit 1; the leases
+  of unfinished turns expire and they re-run as after a crash).
+- **Health**: the health-check line also counts turns (direct and queued) by outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from time import time
+from typing import Any
+
+from arq.utils import poll
+from arq.worker import Worker
+
+from ..store.boundary import STORE_ERRORS, Backoff
+from .arq_app import APP_KEY, WorkerApp
+from .host import MessagingHost
+
+__all__ = ["ResilientWorker", "serve"]
+
+log = logging.getLogger("sharedos_redis.worker")
+
+
+class ResilientWorker(Worker):
+    """arq's ``Worker`` whose poll loop outlives Redis outages and reports turns."""
+
+    def __init__(self, *args: Any, app: WorkerApp, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.app = app
+        self._backoff = Backoff("worker poll", log)
+
+    async def main(self) -> None:
+        """arq's ``main`` without its start-up INFO call (an ACL user limited to its
+        namespace need not be granted INFO): start-up, then poll until stopped."""
+        log.info("worker %s serving namespace %r (queue %s, max_jobs %d)", self.app.name,
+                 self.app.host.namespace, self.queue_name, self.max_jobs)
+        await self.pool.ping()  # unreachable Redis fails start-up here, in one line
+        self.ctx["redis"] = self.pool
+        await self.app.on_startup(self.ctx)
+        async for _ in poll(self.poll_delay_s):
+            await self._poll_iteration()
+            if self.burst and await self._burst_done():
+                return
+
+    async def _burst_done(self) -> bool:
+        try:
+            queued = await self.pool.zcard(self.queue_name)
+        except STORE_ERRORS:
+            return False
+        if queued or self.app.runner.active:
+            return False
+        await asyncio.gather(*self.tasks.values())
+        return True
+
+    async def _poll_iteration(self) -> None:
+        try:
+            await super()._poll_iteration()
+        except STORE_ERRORS as exc:
+            await self._backoff.wait(exc)
+        else:
+            self._backoff.reset()
+
+    async def record_health(self) -> None:
+        """arq's health line, with this worker's turns (direct and queued) by outcome."""
+        now_ts = time()
+        if now_ts - self._last_health_check < self.health_check_interval:
+            return
+        self._last_health_check = now_ts
+        outcomes = self.app.runner.outcomes
+        info = (f"j_complete={self.jobs_complete} j_failed={self.jobs_failed} "
+                f"j_retried={self.jobs_retried} turns={sum(outcomes.values())} "
+                f"replied={outcomes['replied']} turns_running={len(self.app.runner.active)} "
+                f"queued={await self.pool.zcard(self.queue_name)}")
+        await self.pool.psetex(self.health_check_key,
+                               int((self.health_check_interval + 1) * 1000), info.encode())
+        if info != self._last_health_check_log:
+            log.info("health: %s", info)
+            self._last_health_check_log = info
+
+
+class _Signals:
+    """First signal: drain. Second: stop now."""
+
+    def __init__(self, main: asyncio.Task[Any]) -> None:
+        self.main = main
+        self.drain = asyncio.Event()
+        self.count = 0
+        self.name = ""
+
+    def __call__(self, signum: int) -> None:
+        self.count += 1
+        self.name = signal.Signals(signum).name
+        if self.count == 1:
+            log.info("%s: draining (no new turns; running turns may finish)", self.name)
+            self.drain.set()
+        else:
+            log.warning("%s again: stopping now", self.name)
+            self.main.cancel()
+
+
+async def serve(host: MessagingHost, *, burst: bool = False,
+                handle_signals: bool = True) -> int:
+    """Run a worker for ``host`` until drained by a signal (or, with ``burst``, idle).
+
+    Returns:
+        The process exit code: 0 after a drain or a burst, 1 when stopped at once.
+
+    Raises:
+        ConfigurationError: the host cannot run a worker.
+        StoreUnavailable: Redis is unreachable at start-up.
+    """
+    app = WorkerApp(host)
+    settings = {k: v for k, v in app.settings().items() if k != APP_KEY}
+    worker = ResilientWorker(**settings, app=app, burst=burst, handle_signals=False)
+    main = asyncio.ensure_future(worker.main())
+    signals = _Signals(main)
+    loop = asyncio.get_running_loop()
+    if handle_signals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, signals, signum)
+    drain = asyncio.ensure_future(signals.drain.wait())
+    try:
+        await asyncio.wait([main, drain], return_when=asyncio.FIRST_COMPLETED)
+        if main.done():
+            main.result()  # a start-up failure raises here
+            return 0
+        return await _drain(worker, app, main, signals)
+    except asyncio.CancelledError:
+        if signals.count > 1:
+            return 1
+        raise
+    finally:
+        drain.cancel()
+        if handle_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+        await _close(worker, app, main)
+
+
+async def _drain(worker: ResilientWorker, app: WorkerApp, main: asyncio.Task[Any],
+                 signals: _Signals) -> int:
+    worker.allow_pick_jobs = False
+    report = await app.runner.drain(app.host.settings.drain_grace_s)
+    log.info("drained on %s: %d turns finished in the grace, %d handed back, "
+             "%d interrupted; exit 0", signals.name, report.finished, report.handed_back,
+             report.interrupted)
+    return 0
+
+
+async def _close(worker: ResilientWorker, app: WorkerApp, main: asyncio.Task[Any]) -> None:
+    """Stop arq's loop and any job task left, then the services, the host and the pool."""
+    main.cancel()
+    for task in list(worker.tasks.values()):
+        task.cancel()
+    await asyncio.gather(main, *worker.tasks.values(), return_exceptions=True)
+    with contextlib.suppress(*STORE_ERRORS):
+        await asyncio.wait_for(app.pool.delete(worker.health_check_key), 2)
+    try:
+        await app.on_shutdown(worker.ctx)
+    finally:
+        await app.pool.aclose(close_connection_pool=True)
