@@ -4,7 +4,10 @@ Configured by environment: SHAREDOS_REDIS_URL, SHAREDOS_NAMESPACE, TEST_MAX_ATTE
 alice's behaviour is chosen by the request payload's ``mode``:
 ``"reply"`` answers at once; ``"block"`` signals that attempt N started (LPUSH on
 ``signals_key``) and then blocks on ``release_key`` (BLPOP) — except from attempt 2
-on, when it answers at once. Signals go through Redis lists so tests synchronise
+on, when it answers at once; ``"write-block"`` first calls the non-repeatable
+``notes.write`` tool, then does what ``"block"`` does; ``"slow"`` signals, then takes
+``seconds`` (the agent's own work, e.g. a 3 s turn for drain tests). TEST_DRAIN_GRACE
+sets ``drain_grace_s``. Signals go through Redis lists so tests synchronise
 on BLPOP, never on sleeps.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import anyio
 from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import JsonValue
@@ -34,16 +38,23 @@ def release_key(ns: str) -> str:
 
 
 def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 3,
-          bob_mode: str = "reply", **settings: Any) -> MessagingHost:
+          bob_mode: str = "reply", bob_payload: JsonValue = None,
+          **settings: Any) -> MessagingHost:
     async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
         payload = turn.message.payload if isinstance(turn.message.payload, dict) else {}
         own = await host.call("files.alice", {})
         bobs = await host.call("files.bob", {})
         answer = {"attempt": turn.attempt, "own": own.status, "bobs": bobs.status,
                   "message_id": turn.message.id}
-        if payload.get("mode") == "block" and turn.attempt == 1:
+        mode = payload.get("mode")
+        if mode == "write-block":
+            answer["wrote"] = (await host.call("notes.write", {})).status
+        if mode in ("block", "write-block") and turn.attempt == 1:
             await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
             await redis.blpop([release_key(ns)], timeout=0)
+        if mode == "slow":
+            await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
+            await anyio.sleep(float(payload.get("seconds", 3)))
         return answer
 
     values: dict[str, Any] = {"request_timeout_s": 20, "turn_timeout_s": 15, "lease_s": 1,
@@ -51,15 +62,18 @@ def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 
                               "claim_idle_s": 1}
     values.update(settings)
     agents = {
-        "bob": AgentSpec(ScriptedRuntime(ask("alice", {"mode": bob_mode})), authority=OWNER,
-                         owner=OWNER, tool_namespaces=("messages", "files")),
+        "bob": AgentSpec(ScriptedRuntime(ask("alice", bob_payload or {"mode": bob_mode})),
+                         authority=OWNER, owner=OWNER, tool_namespaces=("messages", "files")),
         "alice": AgentSpec(ScriptedRuntime(alice), authority=OWNER, owner=OWNER,
-                           tool_namespaces=("messages", "files")),
+                           tool_namespaces=("messages", "files", "notes")),
     }
     host = MessagingHost(redis, namespace=ns, agents=agents, settings=HostSettings(**values),
                          connection=RedisSettings.from_url(url) if url else None)
     host.register_tool(tool("files.alice", "files", ("alice",)), read_file_handler)
     host.register_tool(tool("files.bob", "files", ("bob",)), read_file_handler)
+    write = tool("notes.write", "notes", ("alice",), action="write").model_copy(
+        update={"read_write": "write"})
+    host.register_tool(write, read_file_handler)
     return host
 
 
@@ -67,4 +81,5 @@ def host() -> MessagingHost:
     url = os.environ["SHAREDOS_REDIS_URL"]
     return build(create_redis(RedisSettings(url=url)), os.environ["SHAREDOS_NAMESPACE"], url=url,
                  max_attempts=int(os.environ.get("TEST_MAX_ATTEMPTS", "3")),
-                 direct_dispatch=os.environ.get("TEST_DIRECT_DISPATCH", "1") == "1")
+                 direct_dispatch=os.environ.get("TEST_DIRECT_DISPATCH", "1") == "1",
+                 drain_grace_s=float(os.environ.get("TEST_DRAIN_GRACE", "10")))

@@ -1,0 +1,244 @@
+"""Deployment behaviour with real ``sharedos-redis worker`` processes on a private
+``redis-server`` each test starts and stops: tenant isolation, a 10 s Redis outage,
+graceful drain (finish, hand back, interrupt) and the per-turn log line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from sharedos_redis.worker.host import MessagingHost
+
+from ..faults.redis_server import RedisServer
+from . import proc_app
+from .helpers import grant, invoke_grant, put, send_grant
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "sharedos_redis.worker.cli"]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[RedisServer]:
+    if not RedisServer.available():
+        pytest.skip("no redis-server binary")
+    srv = RedisServer(persistent=False)
+    await srv.start()
+    yield srv
+    srv.cleanup()
+
+
+@pytest.fixture
+async def client(server: RedisServer) -> AsyncIterator[Redis]:
+    redis = Redis.from_url(server.url)
+    yield redis
+    await redis.aclose()
+
+
+class Worker:
+    """One ``sharedos-redis worker`` process; its log goes to a file the test reads."""
+
+    def __init__(self, url: str, ns: str, log: Path, **extra: str) -> None:
+        env = dict(os.environ, SHAREDOS_REDIS_URL=url, SHAREDOS_NAMESPACE=ns,
+                   PYTHONPATH=str(ROOT), **extra)
+        self.log = log
+        self._out = log.open("wb")
+        self.proc = subprocess.Popen([*CLI, "worker", "--app", "tests.worker.proc_app:host"],
+                                     cwd=ROOT, env=env, stdout=self._out, stderr=self._out)
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def turn_lines(self) -> list[str]:
+        return [line for line in self.text().splitlines() if " turn namespace=" in line]
+
+    async def wait_exit(self, timeout_s: float = 30) -> int:
+        with anyio.fail_after(timeout_s):
+            while self.proc.poll() is None:
+                await anyio.sleep(0.05)  # polling a child process's exit, not synchronising
+        return self.proc.returncode
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
+
+
+@pytest.fixture
+def workers(server: RedisServer, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    started: list[Worker] = []
+
+    def start(ns: str, **extra: str) -> Worker:
+        worker = Worker(server.url, ns, tmp_path / f"worker-{len(started)}.log", **extra)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+async def _grants(host: MessagingHost) -> None:
+    ns = host.namespace
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
+              invoke_grant(ns, "alice"), grant(ns, "alice", "files", ("alice",), "read"),
+              grant(ns, "alice", "notes", ("alice",), "write"))
+
+
+async def _signal(client: Redis, ns: str) -> str:
+    popped = await client.blpop([proc_app.signals_key(ns)], timeout=20)
+    assert popped is not None, "alice's turn never started"
+    return popped[1].decode()
+
+
+def _ns() -> str:
+    return f"d-{uuid.uuid4().hex[:8]}"
+
+
+async def _ask(host: MessagingHost, timeout_s: float = 30) -> Any:
+    with anyio.fail_after(timeout_s):
+        result = await host.start_turn("bob", {}, purpose="atlas-status")
+    assert result.status == "succeeded"
+    return result.output
+
+
+async def test_two_tenants_on_one_database_never_take_each_others_jobs(
+        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+    namespaces = [_ns(), _ns()]
+    hosts = [proc_app.build(client, ns, url=server.url) for ns in namespaces]
+    for host in hosts:
+        await _grants(host)
+    started = [workers(ns, TEST_DIRECT_DISPATCH="0") for ns in namespaces]
+    outputs: list[Any] = []
+    async with hosts[0], hosts[1], anyio.create_task_group() as tg:
+        for host in hosts:
+            for _ in range(6):
+                tg.start_soon(lambda h=host: _append(outputs, _ask(h)))
+    assert len(outputs) == 12
+    assert all(o["status"] == "succeeded" for o in outputs), outputs
+    for ns, worker in zip(namespaces, started, strict=True):
+        lines = worker.turn_lines()
+        assert len(lines) == 6, worker.text()
+        assert all(f"namespace={ns} " in line and "outcome=replied" in line for line in lines)
+        assert "wrong_namespace" not in worker.text()
+    queues = sorted(k.decode() for k in await client.keys("*arq:queue*"))
+    assert all("{" + ns + "}" in q for q in queues for ns in [q.split("{")[1].split("}")[0]])
+
+
+async def _append(into: list[Any], call: Any) -> None:
+    into.append(await call)
+
+
+async def test_worker_survives_a_ten_second_redis_outage(
+        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+    ns = _ns()
+    host = proc_app.build(client, ns, url=server.url)
+    await _grants(host)
+    worker = workers(ns)
+    async with host:
+        before = await _ask(host)
+        assert before["status"] == "succeeded"
+        server.kill()
+        with anyio.fail_after(15):
+            await anyio.sleep(10)  # the outage itself: Redis is down for 10 s
+        await server.start()  # no persistence: grants, groups and scripts are gone too
+        await _grants(host)
+        assert worker.proc.poll() is None, worker.text()
+        after = await _ask(host, timeout_s=40)
+    assert after["status"] == "succeeded", after
+    assert worker.proc.poll() is None  # the same process served it
+    log = worker.text()
+    assert len(worker.turn_lines()) == 2 and "Traceback" not in log
+    assert "store unavailable" in log and "reachable again" in log
+    assert log.count("WARNING") < 20  # one line per loop per outage, not one per retry
+
+
+async def test_sigterm_lets_a_running_turn_finish_and_exits_zero(
+        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+    ns = _ns()
+    host = proc_app.build(client, ns, url=server.url, bob_payload={"mode": "slow", "seconds": 3})
+    await _grants(host)
+    worker = workers(ns)
+    results: list[Any] = []
+    async with host, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(results, _ask(host)))
+        with anyio.fail_after(20):
+            assert await _signal(client, ns) == "started:1"
+        worker.proc.send_signal(signal.SIGTERM)
+        assert await worker.wait_exit() == 0, worker.text()
+    assert results[0]["status"] == "succeeded", results
+    log = worker.text()
+    assert "draining" in log and "1 turns finished in the grace, 0 handed back" in log
+    assert "Traceback" not in log
+
+
+async def test_drain_hands_back_a_retryable_turn_to_another_worker_at_once(
+        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+    ns = _ns()
+    host = proc_app.build(client, ns, url=server.url, bob_mode="block", lease_s=30,
+                          request_timeout_s=40, turn_timeout_s=35)
+    await _grants(host)
+    first = workers(ns, TEST_DRAIN_GRACE="0.3")
+    results: list[Any] = []
+    async with host, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(results, _ask(host, timeout_s=25)))
+        with anyio.fail_after(20):
+            assert await _signal(client, ns) == "started:1"
+        second = workers(ns)
+        first.proc.send_signal(signal.SIGTERM)
+        assert await first.wait_exit() == 0, first.text()
+    # the lease is 30 s: the reply came from the hand-back, not from a lease expiry
+    assert results[0]["status"] == "succeeded", results
+    assert results[0]["output"]["attempt"] == 2
+    assert "1 handed back" in first.text()
+    assert any("outcome=replied" in line for line in second.turn_lines())
+
+
+async def test_drain_interrupts_a_turn_whose_effects_cannot_repeat(
+        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+    ns = _ns()
+    host = proc_app.build(client, ns, url=server.url, bob_mode="write-block", lease_s=30,
+                          request_timeout_s=40, turn_timeout_s=35)
+    await _grants(host)
+    worker = workers(ns, TEST_DRAIN_GRACE="0.3")
+    results: list[Any] = []
+    async with host, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(results, _ask(host, timeout_s=25)))
+        with anyio.fail_after(20):
+            assert await _signal(client, ns) == "started:1"
+        worker.proc.send_signal(signal.SIGTERM)
+        assert await worker.wait_exit() == 0, worker.text()
+    assert results[0]["status"] == "failed"
+    assert results[0]["error"]["details"] == {"outcome": "recipient_turn_interrupted"}
+    assert "1 interrupted" in worker.text()
+
+
+async def test_start_up_errors_are_one_line_with_exit_2(server: RedisServer,
+                                                        tmp_path: Path) -> None:
+    env = dict(os.environ, SHAREDOS_REDIS_URL="redis://127.0.0.1:1/0", SHAREDOS_NAMESPACE="x",
+               PYTHONPATH=str(ROOT))
+    cases = {
+        "unreachable": ([*CLI, "worker", "--app", "tests.worker.proc_app:host"], env),
+        "bad app": ([*CLI, "worker", "--app", "tests.worker.no_such_module:host"], env),
+        "bad settings": ([*CLI, "worker", "--app", "tests.worker.proc_app:host"],
+                         dict(env, SHAREDOS_REDIS_URL="http://nope")),
+        "url mismatch": ([*CLI, "--redis-url", server.url, "worker", "--app",
+                          "tests.worker.proc_app:host"], env),
+    }
+    for name, (argv, case_env) in cases.items():
+        done = subprocess.run(argv, cwd=ROOT, env=case_env, capture_output=True, text=True,
+                              timeout=30, check=False)
+        lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 2, (name, done.stderr)
+        assert len(lines) == 1 and "Traceback" not in done.stderr, (name, done.stderr)
