@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import anyio
+import fakeredis
 import pytest
 from redis.asyncio import Redis
 
-from sharedos_redis.errors import AuditUnavailable
+from sharedos_redis.errors import AuditUnavailable, StoreUnavailable
 from sharedos_redis.kernel.audit import audit_event
 from sharedos_redis.kernel.ports import AuditSink
 from sharedos_redis.store.audit import RedisAuditSink, audit_fields
@@ -104,3 +106,29 @@ async def test_queue_is_bounded(redis: Redis, ns: str) -> None:
         assert [e.tool for _, e in await sink.read(ns)] == ["b", "c"]
     finally:
         await drop_namespace(redis, ns)
+
+
+async def test_background_writer_keeps_records_through_an_outage(ns: str) -> None:
+    server = fakeredis.FakeServer()
+    redis = fakeredis.FakeAsyncRedis(server=server)
+    sink = RedisAuditSink(redis)
+    events = [audit_event(make_context(ns), "message.sent", "succeeded", message_id=f"m-{i}")
+              for i in range(3)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.run)
+            server.connected = False  # Redis is down: every write fails
+            assert all(sink.record_later(event) for event in events)
+            await anyio.wait_all_tasks_blocked()  # the writer failed and is backing off
+            assert await _read_or_none(sink, ns) is None
+            server.connected = True
+            sink.stop()
+    assert [e for _, e in await sink.read(ns)] == events and sink.dropped == 0
+    await redis.aclose()
+
+
+async def _read_or_none(sink: RedisAuditSink, ns: str) -> object:
+    try:
+        return await sink.read(ns)
+    except StoreUnavailable:
+        return None

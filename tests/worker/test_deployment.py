@@ -63,10 +63,8 @@ class Worker:
         return [line for line in self.text().splitlines() if " turn namespace=" in line]
 
     async def wait_exit(self, timeout_s: float = 30) -> int:
-        with anyio.fail_after(timeout_s):
-            while self.proc.poll() is None:
-                await anyio.sleep(0.05)  # polling a child process's exit, not synchronising
-        return self.proc.returncode
+        code: int = await anyio.to_thread.run_sync(lambda: self.proc.wait(timeout_s))
+        return code
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -237,8 +235,9 @@ async def test_start_up_errors_are_one_line_with_exit_2(server: RedisServer,
                           "tests.worker.proc_app:host"], env),
     }
     for name, (argv, case_env) in cases.items():
-        done = subprocess.run(argv, cwd=ROOT, env=case_env, capture_output=True, text=True,
-                              timeout=30, check=False)
-        lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-        assert done.returncode == 2, (name, done.stderr)
-        assert len(lines) == 1 and "Traceback" not in done.stderr, (name, done.stderr)
+        with anyio.fail_after(30):
+            done = await anyio.run_process(argv, cwd=ROOT, env=case_env, check=False)
+        stderr = done.stderr.decode()
+        lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 2, (name, stderr)
+        assert len(lines) == 1 and "Traceback" not in stderr, (name, stderr)
