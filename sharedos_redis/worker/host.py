@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -26,6 +26,7 @@ from ..kernel.contracts import (
     AccessContext,
     Address,
     AuditEvent,
+    CapabilityGrant,
     ExecutionOptions,
     ExecutionRequest,
     ExecutionResult,
@@ -51,6 +52,7 @@ from ..store.usage import RedisGrantUsageStore
 from ..transport.deadlines import deadline_scope
 from ..transport.transport import RedisStreamTransport, TransportSettings
 from .effects import EffectTrackingTransport, tracked_handler
+from .grants import invoke_grant, send_grant
 from .settings import HostSettings
 
 __all__ = ["AgentSpec", "MessagingHost", "budget_set_event", "nested_deadline_ms"]
@@ -260,6 +262,41 @@ class MessagingHost:
         request = self.execution_request(agent_id, message, execution_id=message.id,
                                          timeout_ms=timeout_ms)
         return await self.execute(agent_id, request)
+
+    def _authority(self, agent_id: str) -> Address:
+        spec = self.agents.get(agent_id)
+        if spec is None:
+            raise ConfigurationError(f"host runs no agent {agent_id!r}")
+        return spec.authority
+
+    async def allow_turns(self, *agent_ids: str, expires_in_s: float | None = None) -> None:
+        """Issue each agent's grant to run its own turns (every agent needs one).
+
+        Raises:
+            ConfigurationError: the host does not run one of the agents.
+            StoreUnavailable: Redis failed.
+        """
+        for agent_id in agent_ids:
+            await self.grant_store.put(invoke_grant(
+                self.namespace, agent_id, issuer=self._authority(agent_id),
+                expires_in_s=expires_in_s))
+
+    async def allow_requests(self, sender: str, recipient: str, *,
+                             purposes: Sequence[str] | None = None, max_uses: int | None = None,
+                             expires_in_s: float | None = None,
+                             grant_id: str | None = None) -> CapabilityGrant:
+        """Issue ``sender``'s grant to ``messages.request`` ``recipient`` (as the sender's
+        authority), limited to ``purposes``, ``max_uses`` and ``expires_in_s`` when given.
+
+        Raises:
+            ConfigurationError: the host does not run ``sender``.
+            StoreUnavailable: Redis failed.
+        """
+        grant = send_grant(self.namespace, sender, recipient, issuer=self._authority(sender),
+                           purposes=purposes, max_uses=max_uses, expires_in_s=expires_in_s,
+                           grant_id=grant_id)
+        await self.grant_store.put(grant)
+        return grant
 
     async def set_budget(self, trace_id: str, hops: int, *, actor: Address = HOST_ADDRESS) -> None:
         """Replenish (or cut) a trace's loop budget — the only way to add hops; audited.

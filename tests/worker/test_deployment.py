@@ -16,7 +16,9 @@ from typing import Any
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError
 
+from sharedos_redis.store.keys import encode_id
 from sharedos_redis.worker.host import MessagingHost
 
 from ..faults.redis_server import RedisServer
@@ -49,8 +51,8 @@ class Worker:
     """One ``sharedos-redis worker`` process; its log goes to a file the test reads."""
 
     def __init__(self, url: str, ns: str, log: Path, **extra: str) -> None:
-        env = dict(os.environ, SHAREDOS_REDIS_URL=url, SHAREDOS_NAMESPACE=ns,
-                   PYTHONPATH=str(ROOT), **extra)
+        env = {**os.environ, "SHAREDOS_REDIS_URL": url, "SHAREDOS_NAMESPACE": ns,
+               "PYTHONPATH": str(ROOT), **extra}
         self.log = log
         self._out = log.open("wb")
         self.proc = subprocess.Popen([*CLI, "worker", "--app", "tests.worker.proc_app:host"],
@@ -241,3 +243,36 @@ async def test_start_up_errors_are_one_line_with_exit_2(server: RedisServer,
         lines = [line for line in stderr.splitlines() if line.startswith("error:")]
         assert done.returncode == 2, (name, stderr)
         assert len(lines) == 1 and "Traceback" not in stderr, (name, stderr)
+
+
+def tenant_acl(namespace: str, user: str, password: str) -> list[str]:
+    """The README's ACL rule for one namespace's app and workers, as ACL SETUSER args."""
+    tag = encode_id(namespace)
+    return [user, "on", f">{password}", "resetkeys", f"~sos:{{{tag}}}:*",
+            f"~arq:*:sos:{{{tag}}}:*", "%W~arq:abort", "resetchannels", "-@all", "+@read",
+            "+@write", "+@stream", "+@sortedset", "+@hash", "+@string", "+@scripting",
+            "+@transaction", "+@connection", "+time", "-@dangerous"]
+
+
+async def test_acl_user_limited_to_its_namespace_runs_it_and_reads_nothing_else(
+        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+    ns, other = _ns(), _ns()
+    await client.execute_command("ACL", "SETUSER", *tenant_acl(ns, "tenant", "s3cret"))
+    url = server.url.replace("redis://", "redis://tenant:s3cret@")
+    await client.set(f"sos:{{{other}}}:msg:x", "another tenant's record")
+    limited = Redis.from_url(url)
+    try:
+        host = proc_app.build(limited, ns, url=url)
+        await _grants(host)
+        worker = workers(ns, SHAREDOS_REDIS_URL=url, TEST_DIRECT_DISPATCH="0")  # arq path too
+        async with host:
+            first = await _ask(host)
+            second = await _ask(host)
+        assert first["status"] == second["status"] == "succeeded", (first, worker.text())
+        assert "NOPERM" not in worker.text() and "Traceback" not in worker.text()
+        with pytest.raises(NoPermissionError):
+            await limited.get(f"sos:{{{other}}}:msg:x")
+        with pytest.raises(NoPermissionError):
+            await limited.keys("*")
+    finally:
+        await limited.aclose()
