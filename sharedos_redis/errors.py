@@ -14,6 +14,7 @@ infrastructure failure::
     └── RequestOutcomeError           a request ended without a reply (has ``.code``)
         ├── RequestTimedOut               its deadline passed
         ├── RequestCancelled              it was cancelled by the host
+        ├── RequestExpired                its record expired or was evicted while open
         └── RequestFailed                 the recipient side settled it as failed
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigurationError",
     "ContractError",
     "RequestCancelled",
+    "RequestExpired",
     "RequestFailed",
     "RequestOutcomeError",
     "RequestTimedOut",
@@ -126,6 +128,13 @@ class RequestCancelled(RequestOutcomeError):
 
     def __init__(self, message_id: str) -> None:
         super().__init__(message_id, "request_cancelled")
+
+
+class RequestExpired(RequestOutcomeError):
+    """The request's record expired or was evicted while it was still open."""
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__(message_id, "request_expired")
 
 
 class RequestFailed(RequestOutcomeError):

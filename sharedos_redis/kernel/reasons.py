@@ -71,6 +71,7 @@ HostReason = Literal[
     "request_timed_out",
     "request_cancelled",
     "request_dead_lettered",
+    "request_expired",  # its record expired or was evicted while open
     "recipient_unknown",
     "recipient_turn_denied",
     "recipient_turn_failed",

@@ -195,7 +195,7 @@ class SettledListener:
             log.warning("settlement re-check failed: %s", exc)
 
     async def recheck(self) -> None:
-        """Read every unsettled waiter's marker durably and wake those that are terminal.
+        """Read every unsettled waiter's marker durably; wake those terminal or gone.
 
         Raises:
             StoreUnavailable: Redis failed.
@@ -214,7 +214,8 @@ class SettledListener:
             rows = await guarded(self._limiter, self._timeout_s, "recheck", read)
             for key, (state, reply, code) in zip(chunk, rows, strict=True):
                 slot, st = self._slots.get(key), _text(state)
-                if slot is not None and st in TERMINAL_STATES:
+                if slot is not None and (st in TERMINAL_STATES or not st):
+                    # a marker gone while watched expired: its waiter re-reads and ends typed
                     slot.settle(Settled(st, _text(reply if st == "replied" else code)))
 
     @asynccontextmanager

@@ -24,6 +24,7 @@ from ..errors import (
     ConfigurationError,
     ContractError,
     RequestCancelled,
+    RequestExpired,
     RequestFailed,
     RequestTimedOut,
     SharedOSError,
@@ -139,6 +140,7 @@ class RedisRequestRouter:
             RequestFailed: settled as failed (``code``) or dead (``request_dead_lettered``).
             RequestTimedOut: the deadline passed; the marker is now ``timed_out``.
             RequestCancelled: the request was cancelled by the host.
+            RequestExpired: its record expired or was evicted while it was open.
             UnknownMessage: no such request in the namespace.
             StoreUnavailable: Redis failed.
             ConfigurationError: the router is not running.
@@ -189,9 +191,12 @@ class RedisRequestRouter:
             if slot.outcome is None:
                 break
             # A settled-stream entry is only a hint: anyone able to XADD could forge one.
-            # The marker, written by the settle scripts alone, is the authority.
+            # The marker, written by the settle scripts alone, is the authority; a marker
+            # that existed when the wait began and is gone now expired or was evicted.
             view = await self._durable(ns, mid, deadline_ms)
-            if view is not None and view[0].state in TERMINAL_STATES:
+            if view is None:
+                raise RequestExpired(mid)
+            if view[0].state in TERMINAL_STATES:
                 return _outcome(mid, view[0])
             slot.rearm(woken_by)
         settlement = await guarded(
@@ -201,7 +206,9 @@ class RedisRequestRouter:
         if settlement.settled:
             raise RequestTimedOut(mid)
         view = await self._durable(ns, mid)  # lost the race to a real settlement
-        if view is None or view[0].state not in TERMINAL_STATES:
+        if view is None:  # the settle call above removed its id from the indexes
+            raise RequestExpired(mid)
+        if view[0].state not in TERMINAL_STATES:
             raise UnknownMessage(ns, mid)
         return _outcome(mid, view[0])
 

@@ -20,13 +20,16 @@ Key (type) — owner — lifetime:
   request; the reconciler expires from it, ``pending()`` lists from it.
 - ``sos:{ns}:leases`` (sorted set, score = lease expiry ms) — running turns.
 - ``sos:{ns}:settled`` (stream, MAXLEN ~) — one entry per settlement
-  ``{id, state, result}``; the per-process reply listener reads it.
+  ``{id, state, result}``; the per-process reply listener reads it. ``state`` is a
+  terminal state, or ``expired`` (result ``request_expired``) for a record that
+  vanished while open and was removed from the indexes.
 - ``sos:{ns}:budget:<trace>`` (string int) — hops left for a trace; PEXPIRE
   ``budget_ttl``.
 - ``sos:{ns}:grants:<subject kind>:<subject id>`` (hash grant id → grant JSON) — grant store.
 - ``sos:{ns}:usage`` (hash grant id → uses spent) — usage store.
 - ``sos:{ns}:audit`` (stream, MAXLEN ~) — audit sink.
-- ``sos:{ns}:dead`` (stream, MAXLEN ~) — dead letters ``{id, reason, at}``.
+- ``sos:{ns}:dead`` (stream, MAXLEN ~) — dead letters ``{id, reason, at}``; reason
+  ``request_dead_lettered`` (max attempts) or ``request_expired`` (record vanished).
 - ``sos:{ns}:arq:queue`` (sorted set) and ``sos:{ns}:arq:queue:health-check`` (string)
   — the namespace's own arq queue and worker health line; arq's per-job keys are
   ``arq:<kind>:`` + :meth:`Keys.job_id`, so they carry the namespace's hash tag and

@@ -8,12 +8,17 @@ from it) and one audit record to ``Keys.audit`` in the same script. Time inside 
 scripts is the Redis server's ``TIME`` so every process agrees on deadlines and
 leases (a ``clock_ms`` can replace it in tests). Owns no key format (``keys.py`` does);
 imports no arq.
+
+Index hygiene: every index read here and every transition that finds a record gone
+(expired or evicted while open) hands its id to :meth:`MarkerStore.forget`, so no id
+outlives its record in the open and leases indexes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -33,14 +38,18 @@ from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys, address_tag
 from .scripts import Scripts
 
-__all__ = ["HOST_ADDRESS", "ClaimOutcome", "FailureState", "MarkerStore", "Settlement",
-           "TurnClaim"]
+__all__ = ["EXPIRED_CODE", "HOST_ADDRESS", "ClaimOutcome", "FailureState", "MarkerStore",
+           "OpenScan", "Settlement", "TurnClaim"]
 
 ClaimOutcome = Literal["claimed", "busy", "closed", "missing", "dead"]
 FailureState = Literal["failed", "timed_out", "cancelled", "dead"]
 HOST_ADDRESS = service("sharedos-redis")
 """Actor, authority and owner of host records that no stored request context covers."""
 
+EXPIRED_CODE = "request_expired"
+"""Reason of a request whose record vanished while open (dead letter and waiter outcome)."""
+
+log = logging.getLogger("sharedos_redis.worker")  # index hygiene is the worker's concern
 _T = TypeVar("_T")
 _SCAN_CHUNK = 500
 
@@ -69,6 +78,18 @@ class Settlement:
     code: str
     state: str | None
     cause: str | None = None
+
+
+@dataclass(frozen=True)
+class OpenScan:
+    """One bounded slice of the open index (:meth:`MarkerStore.scan_open`).
+
+    ``stale``: ids stuck in a state longer than its cutoff; ``next_start``: the rank
+    the next slice starts at (``None`` once the end of the index was reached).
+    """
+
+    stale: list[str]
+    next_start: int | None
 
 
 def _text(value: object) -> str:
@@ -140,6 +161,8 @@ class MarkerStore:
              self._settled_maxlen, self._audit_maxlen, self._dead_maxlen, new_id(), self._at()])
         outcome, attempt, env, ctx = _text(raw[0]), int(raw[1]), raw[2], raw[3]
         claimed = outcome == "claimed"
+        if outcome == "missing":
+            await self.forget(namespace, [message_id])
         return TurnClaim(
             outcome=outcome,  # type: ignore[arg-type]  # the script returns only ClaimOutcome
             attempt=attempt,
@@ -157,6 +180,8 @@ class MarkerStore:
         k = Keys(namespace)
         raw = await self._scripts.call("renew_lease", [k.message(message_id), k.leases],
                                        [message_id, lease_ms, attempt, self._now_arg()])
+        if int(raw) == -1:
+            await self.forget(namespace, [message_id])
         return int(raw) == 1
 
     async def release_turn(self, namespace: str, message_id: str, *, attempt: int) -> bool:
@@ -197,7 +222,7 @@ class MarkerStore:
              address_tag(reply.receiver.kind, reply.receiver.id), reply.purpose,
              reply.trace_id, self._now_arg(), self._retention_ms, self._settled_maxlen,
              self._audit_maxlen, new_id(), self._at(), json.dumps(attribution)])
-        return _settlement(raw)
+        return await self._forget_unknown(namespace, mid, _settlement(raw))
 
     async def settle_failure(self, namespace: str, message_id: str, *, state: FailureState,
                              code: str) -> Settlement:
@@ -214,7 +239,50 @@ class MarkerStore:
             [k.message(message_id), k.open, k.leases, k.settled, k.audit, k.dead],
             [message_id, state, code, self._now_arg(), self._retention_ms, self._settled_maxlen,
              self._audit_maxlen, self._dead_maxlen, new_id(), self._at()])
-        return _settlement(raw)
+        return await self._forget_unknown(namespace, message_id, _settlement(raw))
+
+    async def _forget_unknown(self, namespace: str, message_id: str,
+                              settlement: Settlement) -> Settlement:
+        if settlement.code == "unknown_request":
+            await self.forget(namespace, [message_id])
+        return settlement
+
+    async def forget(self, namespace: str, message_ids: Sequence[str]) -> list[str]:
+        """Remove the ids whose record is gone from every index (script ``forget_missing``);
+        each gets a dead letter and a settlement entry (``request_expired``: its waiter
+        wakes) and a WARNING. Live or unindexed ids are left alone; returns those forgotten.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        if not message_ids:
+            return []
+        k = Keys(namespace)
+        raw = await self._scripts.call(
+            "forget_missing",
+            [k.open, k.leases, k.settled, k.dead, *(k.message(mid) for mid in message_ids)],
+            [EXPIRED_CODE, self._at(), self._settled_maxlen, self._dead_maxlen, *message_ids])
+        forgotten = [_text(item) for item in raw]
+        for mid in forgotten:
+            log.warning("request record vanished while open: namespace=%s message=%s "
+                        "reason=%s (removed from the indexes, dead-lettered)",
+                        namespace, mid, EXPIRED_CODE)
+        return forgotten
+
+    async def _live(self, namespace: str, ids: list[str]) -> list[str]:
+        """``ids`` whose record exists; the others are forgotten."""
+        if not ids:
+            return ids
+        k = Keys(namespace)
+        pipe = self._redis.pipeline(transaction=False)
+        for mid in ids:
+            pipe.exists(k.message(mid))
+        found = await self._io("index", pipe.execute())
+        missing = [mid for mid, there in zip(ids, found, strict=True) if not there]
+        if missing:
+            gone = set(await self.forget(namespace, missing))
+            return [mid for mid in ids if mid not in gone]
+        return ids
 
     async def audit_refusal(self, namespace: str, *, code: str, cause: str | None = None,
                             message_id: str | None = None, trace_id: str | None = None) -> None:
@@ -236,48 +304,57 @@ class MarkerStore:
     async def overdue(self, namespace: str, *, limit: int = 100) -> list[str]:
         """Open request ids whose deadline passed (server clock), earliest first.
 
+        Reads at most ``limit`` index entries; ids whose record is gone are forgotten
+        (see :meth:`forget`) and not returned, so the result may be shorter.
+
         Raises:
             StoreUnavailable: Redis failed.
         """
         raw = await self._scripts.call("marker_due", [Keys(namespace).open],
                                        [self._now_arg(), limit])
-        return [_text(item) for item in raw]
+        return await self._live(namespace, [_text(item) for item in raw])
 
     async def expired_leases(self, namespace: str, *, limit: int = 100) -> list[str]:
         """Running request ids whose lease passed (server clock), earliest first.
+
+        Reads at most ``limit`` index entries; vanished records are forgotten, as in
+        :meth:`overdue`.
 
         Raises:
             StoreUnavailable: Redis failed.
         """
         raw = await self._scripts.call("marker_due", [Keys(namespace).leases],
                                        [self._now_arg(), limit])
-        return [_text(item) for item in raw]
+        return await self._live(namespace, [_text(item) for item in raw])
 
-    async def stale(self, namespace: str, *, state: Literal["accepted", "dispatched"],
-                    older_than_ms: int, limit: int = 100) -> list[str]:
-        """Open ids in ``state`` whose last transition is older than ``older_than_ms``.
+    async def scan_open(self, namespace: str, *, older_than_ms: Mapping[str, int],
+                        start: int = 0, count: int = _SCAN_CHUNK) -> OpenScan:
+        """Read ``count`` open-index entries from rank ``start`` and their markers.
 
-        Reads the open index in chunks and the markers in pipelines (reconciler path).
+        ``stale`` lists the ids whose state is a key of ``older_than_ms`` and whose last
+        transition is older than its value; ids whose record is gone are forgotten.
 
         Raises:
             StoreUnavailable: Redis failed.
         """
-        k, found, start = Keys(namespace), list[str](), 0
-        cutoff = await self._now_ms() - older_than_ms
-        while len(found) < limit:
-            end = start + _SCAN_CHUNK - 1
-            ids = await self._io("stale", self._redis.zrange(k.open, start, end))
-            if not ids:
-                break
-            pipe = self._redis.pipeline(transaction=False)
-            for raw_id in ids:
-                pipe.hmget(k.message(_text(raw_id)), ["state", "updated"])
-            rows = await self._io("stale", pipe.execute())
-            for raw_id, (st, updated) in zip(ids, rows, strict=True):
-                if _text(st) == state and updated is not None and int(updated) <= cutoff:
-                    found.append(_text(raw_id))
-            start += _SCAN_CHUNK
-        return found[:limit]
+        k = Keys(namespace)
+        now = await self._now_ms()
+        raw_ids = await self._io("scan", self._redis.zrange(k.open, start, start + count - 1))
+        ids = [_text(raw_id) for raw_id in raw_ids]
+        pipe = self._redis.pipeline(transaction=False)
+        for mid in ids:
+            pipe.hmget(k.message(mid), ["state", "updated"])
+        rows = await self._io("scan", pipe.execute()) if ids else []
+        stale, missing = list[str](), list[str]()
+        for mid, (raw_state, updated) in zip(ids, rows, strict=True):
+            state, age = _text(raw_state), now - int(updated or now)
+            if not state:
+                missing.append(mid)
+            elif state in older_than_ms and age >= older_than_ms[state]:
+                stale.append(mid)
+        await self.forget(namespace, missing)
+        next_start = start + count - len(missing) if len(ids) == count else None
+        return OpenScan(stale=stale, next_start=next_start)
 
     async def redrive(self, namespace: str, message_id: str, *, deadline_ms: int) -> bool:
         """Re-drive a dead letter: ``dead → accepted`` with attempts 0 and a new deadline.

@@ -8,7 +8,14 @@ many reconcilers may run at once. One pass:
 3. running turns whose lease expired (worker killed) are woken again — the claim
    script re-runs them with attempt + 1, or dead-letters them at ``max_attempts``;
 4. ``dispatched`` requests whose turn never started (job lost), and ``accepted`` ones
-   that lost their outbox entry, are woken again (a full scan, once per ``claim_idle_s``).
+   that lost their outbox entry, are woken again (a sweep of the open index that starts
+   once per ``claim_idle_s`` and reads one slice per pass).
+
+Every step reads at most ``STEP_LIMIT`` index entries per pass, so a pass stays
+bounded however large the indexes are. Ids whose record expired or was evicted
+while open are removed from the indexes as the steps meet them (``MarkerStore.forget``:
+dead letter ``request_expired``, waiter woken, warning logged), so they cannot
+crowd out real work: a pass that met only such ids makes room for the next.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import anyio
 from anyio.abc import TaskStatus
@@ -26,12 +34,15 @@ from ..store.boundary import Backoff
 from ..transport.relay import OutboxRelay
 from .host import MessagingHost
 
-__all__ = ["Reconciler", "RewakeHook"]
+__all__ = ["STEP_LIMIT", "Reconciler", "RewakeHook"]
 
 log = logging.getLogger("sharedos_redis.worker")
 
 RewakeHook = Callable[[str, str, str], Awaitable[None]]
 """(namespace, message_id, reason) → wake the turn again (idempotent per reason)."""
+
+STEP_LIMIT: Final = 500
+"""The most index entries each step of one pass reads (overdue, leases, open sweep)."""
 
 
 class Reconciler:
@@ -41,37 +52,40 @@ class Reconciler:
         self.host, self.relay, self.rewake = host, relay, rewake
         self._stopped = False
         self._next_stale_scan = 0.0
+        self._sweep_start: int | None = None  # where the open-index sweep goes on
 
     async def reconcile_once(self) -> dict[str, int]:
         """One pass; returns how many requests each step touched."""
         host, ns = self.host, self.host.namespace
         counts = {"claimed": await self.relay.claim_stale(), "timed_out": 0,
                   "rerun": 0, "rewoken": 0}
-        for message_id in await host.markers.overdue(ns):
+        for message_id in await host.markers.overdue(ns, limit=STEP_LIMIT):
             settlement = await host.markers.settle_failure(
                 ns, message_id, state="timed_out", code="request_timed_out")
             counts["timed_out"] += int(settlement.settled)
         fault_point("reconciler.between")
-        for message_id in await host.markers.expired_leases(ns):
+        for message_id in await host.markers.expired_leases(ns, limit=STEP_LIMIT):
             await self.rewake(ns, message_id, "lease")
             counts["rerun"] += 1
-        if time.monotonic() >= self._next_stale_scan:
+        if self._sweep_start is not None or time.monotonic() >= self._next_stale_scan:
             counts["rewoken"] = await self._rewake_stale()
         return counts
 
     async def _rewake_stale(self) -> int:
         """Wake requests stuck in ``dispatched`` (job lost) or ``accepted`` with no outbox
-        entry. The scan reads every open marker, so it runs once per ``claim_idle_s``."""
+        entry: one ``STEP_LIMIT`` slice of the open index per pass; a sweep over the whole
+        index starts once per ``claim_idle_s``."""
         host, ns = self.host, self.host.namespace
         stale_ms = int(host.settings.claim_idle_s * 1000)
-        self._next_stale_scan = time.monotonic() + host.settings.claim_idle_s
-        woken = 0
-        stuck = [*await host.markers.stale(ns, state="dispatched", older_than_ms=stale_ms),
-                 *await host.markers.stale(ns, state="accepted", older_than_ms=3 * stale_ms)]
-        for message_id in stuck:
+        if self._sweep_start is None:
+            self._next_stale_scan = time.monotonic() + host.settings.claim_idle_s
+        page = await host.markers.scan_open(
+            ns, older_than_ms={"dispatched": stale_ms, "accepted": 3 * stale_ms},
+            start=self._sweep_start or 0, count=STEP_LIMIT)
+        self._sweep_start = page.next_start
+        for message_id in page.stale:
             await self.rewake(ns, message_id, "stale")
-            woken += 1
-        return woken
+        return len(page.stale)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile every ``reconcile_interval_s`` until :meth:`stop`."""

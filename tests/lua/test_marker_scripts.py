@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from sharedos_redis.kernel.contracts import AuditEvent, agent, human
 from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.keys import Keys
-from sharedos_redis.store.markers import MarkerStore, Settlement
+from sharedos_redis.store.markers import MarkerStore, OpenScan, Settlement
 
 from ..router.router_support import (
     Keyspace,
@@ -222,17 +222,23 @@ async def test_redrive_brings_a_dead_letter_back(redis: Redis, ns: str,
     await keyspace()
 
 
-async def test_stale_lists_markers_stuck_in_a_state(redis: Redis, ns: str,
+async def test_scan_open_lists_markers_stuck_in_a_state(redis: Redis, ns: str,
                                                     keyspace: Keyspace) -> None:
     clock = Clock()
     markers = MarkerStore(redis, clock_ms=clock)
     await open_marker(redis, ns, "m-1", state="dispatched")
     await open_marker(redis, ns, "m-2", state="accepted")
-    assert await markers.stale(ns, state="dispatched", older_than_ms=1000) == []
+    assert await markers.scan_open(ns, older_than_ms={"dispatched": 1000}) == OpenScan([], None)
     clock.ms += 2000
-    assert await markers.stale(ns, state="dispatched", older_than_ms=1000) == ["m-1"]
-    assert await markers.stale(ns, state="accepted", older_than_ms=1000) == ["m-2"]
-    assert await markers.stale(ns, state="accepted", older_than_ms=1000, limit=0) == []
+    assert (await markers.scan_open(ns, older_than_ms={"dispatched": 1000})).stale == ["m-1"]
+    assert (await markers.scan_open(ns, older_than_ms={"accepted": 1000})).stale == ["m-2"]
+    both = await markers.scan_open(ns, older_than_ms={"accepted": 1000, "dispatched": 1000})
+    assert sorted(both.stale) == ["m-1", "m-2"]
+    first = await markers.scan_open(ns, older_than_ms={"accepted": 1000}, count=1)
+    assert first.next_start == 1  # a full slice: the sweep goes on at rank 1
+    rest = await markers.scan_open(ns, older_than_ms={"accepted": 1000}, start=1, count=1)
+    assert sorted([*first.stale, *rest.stale]) == ["m-2"] and rest.next_start == 2
+    assert (await markers.scan_open(ns, older_than_ms={}, start=2, count=1)).next_start is None
     await keyspace()
 
 

@@ -2,8 +2,10 @@
 -- Time is the Redis server's TIME unless ARGV[4] overrides it (tests).
 -- KEYS[1] marker hash  sos:{ns}:msg:<id>     KEYS[2] leases zset  sos:{ns}:leases
 -- ARGV[1] message id   ARGV[2] lease ms      ARGV[3] attempt      ARGV[4] now ms or ""
--- returns 1 renewed; 0 the marker is gone, no longer running, or another attempt holds it
+-- returns 1 renewed; 0 no longer running, or another attempt holds it; -1 the marker is
+--   gone (the caller removes the id from the indexes: forget_missing)
 local m = redis.call('HMGET', KEYS[1], 'state', 'attempts')
+if not m[1] then return -1 end
 if m[1] ~= 'running' or m[2] ~= ARGV[3] then return 0 end
 local now
 if ARGV[4] ~= '' then
