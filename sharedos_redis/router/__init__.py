@@ -3,8 +3,9 @@
 Depends on ``store`` and ``kernel``; imports no arq.
 """
 
-from .inspection import PendingRequest
+from .inspection import PendingRequest, SettledRequest
 from .listener import SettledListener
 from .router import RedisRequestRouter, RouterSettings
 
-__all__ = ["PendingRequest", "RedisRequestRouter", "RouterSettings", "SettledListener"]
+__all__ = ["PendingRequest", "RedisRequestRouter", "RouterSettings", "SettledListener",
+           "SettledRequest"]

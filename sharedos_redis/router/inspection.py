@@ -1,12 +1,14 @@
-"""Inspection of open correlations and of one request's audit timeline (admin paths).
+"""Inspection of open correlations, recent settlements and one request's audit timeline.
 
-Owns ``PendingRequest`` and the reads behind ``RedisRequestRouter.pending`` and
-``.timeline``. Reads only: the open index and markers in pipelines, the audit
-stream with XRANGE pages. Imports no arq.
+Owns ``PendingRequest``, ``SettledRequest`` and the reads behind
+``RedisRequestRouter.pending``, ``.recent`` and ``.timeline`` (admin paths). Reads
+only: the open index and markers in pipelines, the settled stream with XREVRANGE
+pages, the audit stream with XRANGE pages. Imports no arq.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -18,7 +20,7 @@ from ..store.audit import RedisAuditSink
 from ..store.boundary import STORE_ERRORS, store_unavailable
 from ..store.keys import Keys, decode_id
 
-__all__ = ["PendingRequest", "list_pending", "read_timeline"]
+__all__ = ["PendingRequest", "SettledRequest", "list_pending", "list_recent", "read_timeline"]
 
 _FIELDS = ("from", "to", "purpose", "trace", "state", "created", "deadline", "attempts")
 _CHUNK = 500
@@ -42,6 +44,29 @@ class PendingRequest(BaseModel):
     age_s: float
     deadline_ms: int
     attempts: int
+
+
+class SettledRequest(BaseModel):
+    """One settlement as ``recent`` lists it, newest first.
+
+    ``state``/``code`` are what the settlement recorded (``code`` is empty for
+    ``replied``; state ``expired`` is a record that vanished while open).
+    ``sender``/``recipient``/``purpose``/``trace_id``/``attempts`` come from the
+    request's record and are ``None`` once it is gone (retention passed).
+    ``settled_at`` is the settlement's server time (RFC 3339, UTC).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    sender: str | None
+    recipient: str | None
+    purpose: str | None
+    trace_id: str | None
+    state: str
+    code: str
+    settled_at: str
+    attempts: int | None
 
 
 def _text(value: object) -> str:
@@ -107,6 +132,63 @@ async def list_pending(redis: Redis, namespace: str, *, state: str | None = None
     except STORE_ERRORS as exc:
         raise store_unavailable("pending", exc) from exc
     return rows[:limit]
+
+
+_RECORD = ("from", "to", "purpose", "trace", "attempts")
+
+
+def _settled_at(entry_id: str) -> str:
+    millis = int(entry_id.partition("-")[0])
+    moment = datetime.fromtimestamp(millis / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def _settlements(redis: Redis, key: str, limit: int) -> list[tuple[str, dict[str, str]]]:
+    """The newest entry per request id, newest first, at most ``limit`` of them."""
+    found: dict[str, tuple[str, dict[str, str]]] = {}
+    upper, page = "+", max(limit, 100)
+    while len(found) < limit:
+        entries = await redis.xrevrange(key, upper, "-", count=page)
+        fresh = [(_text(i), {_text(k): _text(v) for k, v in f.items()}) for i, f in entries
+                 if _text(i) != upper]
+        for entry_id, fields in fresh:
+            if fields.get("id") and fields["id"] not in found and len(found) < limit:
+                found[fields["id"]] = (entry_id, fields)
+        if len(entries) < page or not fresh:
+            break
+        upper = fresh[-1][0]
+    return list(found.values())
+
+
+async def list_recent(redis: Redis, namespace: str, *, limit: int = 20) -> list[SettledRequest]:
+    """The last ``limit`` requests of ``namespace`` that settled, newest first.
+
+    Reads the settled stream (``HostSettings`` keeps its last ~10,000 entries) and
+    each request's record; a request settled twice (a re-driven dead letter) is
+    listed once, with its newest settlement.
+
+    Raises:
+        StoreUnavailable: Redis failed.
+    """
+    k = Keys(namespace)
+    try:
+        settlements = await _settlements(redis, k.settled, limit)
+        pipe = redis.pipeline(transaction=False)
+        for _, fields in settlements:
+            pipe.hmget(k.message(fields["id"]), list(_RECORD))
+        records = await pipe.execute() if settlements else []
+    except STORE_ERRORS as exc:
+        raise store_unavailable("recent", exc) from exc
+    rows = []
+    for (entry_id, fields), raw in zip(settlements, records, strict=True):
+        sender, recipient, purpose, trace, attempts = (_text(v) or None for v in raw)
+        state = fields.get("state", "")
+        rows.append(SettledRequest(
+            id=fields["id"], sender=sender and _address(sender),
+            recipient=recipient and _address(recipient), purpose=purpose, trace_id=trace,
+            state=state, code="" if state == "replied" else fields.get("result", ""),
+            settled_at=_settled_at(entry_id), attempts=None if attempts is None else int(attempts)))
+    return rows
 
 
 async def read_timeline(redis: Redis, namespace: str, message_id: str) -> list[AuditEvent]:

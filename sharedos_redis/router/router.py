@@ -34,7 +34,7 @@ from ..errors import (
 from ..kernel.contracts import AccessContext, AuditEvent, MessageDeliveryResult, MessageEnvelope
 from ..store.keys import TERMINAL_STATES
 from ..store.markers import FailureState, MarkerStore, Settlement
-from .inspection import PendingRequest, list_pending, read_timeline
+from .inspection import PendingRequest, SettledRequest, list_pending, list_recent, read_timeline
 from .listener import Settled, SettledListener, WaitSlot, guarded
 
 __all__ = ["RedisRequestRouter", "RouterSettings"]
@@ -271,6 +271,14 @@ class RedisRequestRouter:
         """
         return await list_pending(self._redis, namespace, state=state, agent=agent,
                                   older_than_s=older_than_s, limit=limit)
+
+    async def recent(self, namespace: str, *, limit: int = 20) -> list[SettledRequest]:
+        """The last requests that settled, newest first; see :func:`.inspection.list_recent`.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        return await list_recent(self._redis, namespace, limit=limit)
 
     async def timeline(self, namespace: str, message_id: str) -> list[AuditEvent]:
         """The audit events of one request, oldest first (admin path: scans the stream).

@@ -209,18 +209,52 @@ def pending(obj: _Ctx, state: str | None, agent: str | None, older_than: float |
 
 
 @main.command()
-@click.argument("message_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def show(obj: _Ctx, message_id: str, as_json: bool) -> None:
-    """Print one request's timeline from the audit stream."""
+def recent(obj: _Ctx, limit: int, as_json: bool) -> None:
+    """List the last requests that settled, newest first (id, from → to, purpose, state,
+    code, settled at)."""
     namespace = obj.need_namespace()
 
     async def job(redis: Redis) -> list[dict[str, Any]]:
-        events = await RedisRequestRouter(redis).timeline(namespace, message_id)
+        found = await RedisRequestRouter(redis).recent(namespace, limit=limit)
+        return [record.model_dump(mode="json") for record in found]
+
+    rows = obj.run(job)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    shown = [{key: "-" if value is None else value for key, value in row.items()} for row in rows]
+    click.echo(_table(shown, ["id", "sender", "recipient", "purpose", "state", "code",
+                              "settled_at"]))
+
+
+@main.command()
+@click.argument("message_id", required=False)
+@click.option("--last", is_flag=True, help="The most recently settled request.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def show(obj: _Ctx, message_id: str | None, last: bool, as_json: bool) -> None:
+    """Print one request's timeline from the audit stream (MESSAGE_ID or --last)."""
+    namespace = obj.need_namespace()
+    if last == (message_id is not None):
+        raise click.UsageError("give either MESSAGE_ID or --last")
+
+    async def job(redis: Redis) -> list[dict[str, Any]] | None:
+        router = RedisRequestRouter(redis)
+        wanted = message_id
+        if wanted is None:
+            newest = await router.recent(namespace, limit=1)
+            if not newest:
+                return None
+            wanted = newest[0].id
+        events = await router.timeline(namespace, wanted)
         return [event.to_wire() for event in events]
 
     events = obj.run(job)
+    if events is None:
+        _fail(f"no settled request in namespace {namespace!r}", code=1)
     if as_json:
         click.echo(json.dumps(events, indent=2))
         return
