@@ -28,8 +28,16 @@ from sharedos_redis.model import (
     reply,
     tool_call,
 )
-from tests.kernel.kernel_world import ALICE, ALICE as ME, CAROL, World, file_tool, grant
-from tests.kernel.kernel_world import invoke_grant, make_world, send_grant
+from tests.kernel.kernel_world import (
+    ALICE,
+    CAROL,
+    World,
+    file_tool,
+    grant,
+    invoke_grant,
+    make_world,
+    send_grant,
+)
 from tests.kernel.test_turn import execution
 
 pytestmark = pytest.mark.anyio
@@ -157,7 +165,7 @@ async def test_unoffered_tool_and_bad_arguments_come_back_typed_and_the_model_re
     assert codes(driver.requests[1]) == ["tool_unavailable", "invalid_tool_arguments"]
     assert codes(driver.requests[2])[-1] is None
     [sent] = world.transport.envelopes  # only the recovered call reached the transport
-    assert sent.sender == ME and sent.trace_id == "t-1"
+    assert sent.sender == ALICE and sent.trace_id == "t-1"
 
 
 @pytest.mark.parametrize("arguments", [
