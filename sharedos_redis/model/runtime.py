@@ -19,10 +19,11 @@ The loop, one **step** per model call (declared to the host before the call):
    arguments are not a JSON object, or are larger than ``max_argument_chars``,
    is refused here with ``invalid_tool_arguments`` and never reaches the host.
 4. **Ending at the limits**: when every call of a reply was refused by a limit
-   (``step_limit_exceeded`` or ``tool_call_limit_exceeded``), the next model call
-   is the *answer step*: the model sees those refusals, ``tool_choice`` is
-   ``none``, and its text is the turn's output (calls it makes anyway go through
-   the host, which refuses them, and are otherwise ignored). So a turn makes at
+   (``step_limit_exceeded`` or ``tool_call_limit_exceeded``), or the reply came at
+   a step past ``max_steps``, the next model call is the *answer step*: the
+   model sees those refusals, ``tool_choice`` is ``none``, and its text is the
+   turn's output (calls it makes anyway go through the host, which refuses them,
+   and are otherwise ignored). So a turn makes at
    most ``max_steps + 2`` model calls and ends ``succeeded`` with the model's own
    answer; no turn-level limit code is added.
 
@@ -133,7 +134,7 @@ class _Turn:
             limited = await self._run_calls(response.tool_calls)
             if answer_step:
                 return self._answer(response.text)
-            answer_step = limited
+            answer_step = limited or step >= self.host.limits.max_steps
 
     def _system(self, step: int, answer_step: bool) -> str:
         limits = self.host.limits

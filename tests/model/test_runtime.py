@@ -278,3 +278,14 @@ async def test_ambiguous_tool_aliases_are_never_offered() -> None:
     driver = ScriptedDriver([reply("never")])
     result = await run(world, driver, tools=(file_tool("files.read"), file_tool("files_read")))
     assert result.status == "failed" and driver.requests == []
+
+
+async def test_past_the_step_budget_malformed_calls_cannot_prolong_the_turn() -> None:
+    world = make_world(TURN, READ)
+    world.register_files()
+    driver = ScriptedDriver(lambda r: reply("enough", tool_call("files.read", "{"),
+                                            tool_call("files.read", {})))
+    result = await run(world, driver, options={"maxSteps": 2, "maxToolCalls": 50},
+                       max_malformed_calls=100)
+    assert result.status == "succeeded" and result.output == "enough"
+    assert len(driver.requests) == 2 + 2 and len(world.handled) == 2
