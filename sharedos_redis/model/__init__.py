@@ -3,8 +3,9 @@
 :class:`StandardRuntime` runs a model-driven turn inside the kernel's envelope
 over any :class:`ModelDriver`: :class:`ScriptedDriver` (tests, no network),
 ``OpenAIChatDriver`` (``openai`` extra) and ``AnthropicMessagesDriver``
-(``anthropic`` extra). The two SDK drivers are loaded lazily, so importing this
-package imports no SDK.
+(``anthropic`` extra); ``PydanticAIRuntime`` runs a ``pydantic_ai.Agent`` as the
+loop instead (``pydantic-ai`` extra). Those three are loaded lazily, so
+importing this package imports no SDK.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .scripted import ScriptedDriver, reply, tool_call
 if TYPE_CHECKING:
     from .anthropic_messages import AnthropicMessagesDriver
     from .openai_chat import OpenAIChatDriver
+    from .pydantic_ai_agent import PydanticAIRuntime
 
 __all__ = [
     "AnthropicMessagesDriver",
@@ -42,6 +44,7 @@ __all__ = [
     "ModelTool",
     "ModelToolCall",
     "OpenAIChatDriver",
+    "PydanticAIRuntime",
     "RetryPolicy",
     "ScriptedDriver",
     "StandardRuntime",
@@ -54,7 +57,8 @@ __all__ = [
     "wire_name",
 ]
 
-_LAZY = {"OpenAIChatDriver": ".openai_chat", "AnthropicMessagesDriver": ".anthropic_messages"}
+_LAZY = {"OpenAIChatDriver": ".openai_chat", "AnthropicMessagesDriver": ".anthropic_messages",
+         "PydanticAIRuntime": ".pydantic_ai_agent"}
 
 
 def __getattr__(name: str) -> Any:

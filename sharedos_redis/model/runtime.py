@@ -62,7 +62,8 @@ from .protocol import (
     UserMessage,
 )
 
-__all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "LIMIT_CODES", "StandardRuntime", "default_prompt"]
+__all__ = ["DEFAULT_MAX_ARGUMENT_CHARS", "LIMIT_CODES", "StandardRuntime", "default_prompt",
+           "render_result"]
 
 DEFAULT_MAX_ARGUMENT_CHARS: Final = 256 * 1024
 LIMIT_CODES: Final = frozenset({"step_limit_exceeded", "tool_call_limit_exceeded"})
@@ -229,14 +230,18 @@ def _code(result: ToolResult) -> str | None:
     return None if result.status == "succeeded" else result.error.code
 
 
-def _render(result: ToolResult) -> str:
-    """A tool result as the model reads it: the output, or the typed refusal."""
+def render_result(result: ToolResult) -> dict[str, Any]:
+    """A tool result as a model reads it: the output, or the typed refusal with its details."""
     if result.status == "succeeded":
-        return json.dumps({"status": "succeeded", "output": result.output}, ensure_ascii=False)
+        return {"status": "succeeded", "output": result.output}
     error: dict[str, Any] = {"code": result.error.code, "message": result.error.message}
     if result.error.details:
         error["details"] = result.error.details
-    return json.dumps({"status": result.status, "error": error}, ensure_ascii=False)
+    return {"status": result.status, "error": error}
+
+
+def _render(result: ToolResult) -> str:
+    return json.dumps(render_result(result), ensure_ascii=False)
 
 
 def _refusal(code: str, message: str) -> str:
