@@ -104,6 +104,9 @@ class _TranscribingHost:
     def declare_step(self) -> int:
         return self._host.declare_step()
 
+    def annotate(self, key: str, value: JsonValue) -> None:
+        self._host.annotate(key, value)
+
     async def invoke_tool(self, call: ToolCall) -> ToolResult:
         return await self._logged(call.tool, call.arguments,
                                   lambda: self._host.invoke_tool(call))

@@ -15,8 +15,10 @@ declares one per model call); the host numbers them, so a runtime cannot
 renumber its way back under the limit, and a call made in a step at or past
 ``maxSteps`` is refused ``step_limit_exceeded``. A runtime that declares no step
 is bounded by the call ceiling alone. Refusals are results and the turn goes
-on. ``maxSteps`` defaults to 16, ``maxToolCalls`` to ``maxSteps``,
-``timeoutMs`` to 120000. Imports no I/O library.
+on. ``maxSteps`` defaults to 16, ``maxToolCalls`` to ``maxSteps``, ``timeoutMs``
+to 120000. ``host.annotate(key, value)`` states a fact for the record (ADR
+0027): it lands in the result's ``metadata`` on every ending. Imports no I/O
+library.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
+from ..errors import ContractError
 from .audit import audit_event
 from .contracts import (
     AccessContext,
@@ -38,6 +41,7 @@ from .contracts import (
     ToolDefinition,
     ToolResult,
     format_timestamp,
+    parse_wire,
 )
 from .kernel import Kernel
 from .tools import record_outcome, tool_denied
@@ -107,6 +111,18 @@ class RuntimeHost(Protocol):
         """Invoke one tool; refusals and failures are results."""
         ...
 
+    def annotate(self, key: str, value: JsonValue) -> None:
+        """State one fact about the turn for its record (SharedOS ADR 0027).
+
+        The value lands in the result's ``metadata`` under ``key`` on every ending,
+        cancelled and failed included; the last write wins; a write after the turn
+        closed is dropped. Descriptive only: nothing the host decides reads it.
+
+        Raises:
+            ContractError: ``key`` is empty or ``runtime``, or ``value`` is not JSON.
+        """
+        ...
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
         """Build a ToolCall (fresh id, the turn's traceId, now) and invoke it."""
         ...
@@ -145,6 +161,7 @@ class EventLog:
         self._execution_id, self._trace_id = execution_id, trace_id
         self._ids, self._clock = ids, clock
         self.events: list[ExecutionEvent] = []
+        self.annotations: dict[str, JsonValue] = {}
 
     def append(self, type: str, data: JsonValue) -> None:
         """Append one event stamped with the next sequence number and the clock."""
@@ -199,6 +216,19 @@ class TurnHost:
             **({"step": self._step} if self._step is not None else {}),
             **({"code": error.code} if error is not None else {})})
         return result
+
+    def annotate(self, key: str, value: JsonValue) -> None:
+        """State one fact about the turn for its record (see :meth:`RuntimeHost.annotate`).
+
+        Raises:
+            ContractError: ``key`` is empty or ``runtime``, or ``value`` is not JSON.
+        """
+        if not key or key == "runtime":
+            raise ContractError("annotation", [{"loc": ("key",), "type": "reserved",
+                                                "msg": "an empty or reserved key"}])
+        checked: JsonValue = parse_wire(JsonValue, value)
+        if not self.closed:
+            self._log.annotations[key] = checked
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
         """Build a ToolCall (fresh id, the turn's traceId, now) and invoke it.

@@ -151,7 +151,8 @@ class TurnExecutor:
 
     def _common(self, request: ExecutionRequest, log: EventLog, started: str) -> dict[str, Any]:
         return {"execution_id": request.execution_id, "trace_id": request.context.trace_id,
-                "events": tuple(log.events), "started_at": started, "completed_at": self._now()}
+                "events": tuple(log.events), "started_at": started, "completed_at": self._now(),
+                "metadata": dict(log.annotations) or None}
 
     async def _offered(self, request: ExecutionRequest) -> tuple[ToolDefinition, ...]:
         """The kernel's usable tools whose names the request lists (the kernel's definitions)."""

@@ -38,6 +38,7 @@ a cancelled model call never loses an executed result.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any, Final
@@ -117,14 +118,19 @@ class _Turn:
         self.codec = ToolNameCodec(tool.name for tool in turn.tools)
         self.tools = tuple(ModelTool(self.codec.to_wire(t.name), t.description,
                                      dict(t.input_schema)) for t in turn.tools)
-        self.messages: list[ModelMessage] = [UserMessage(runtime.prompt(turn))]
+        self.prompt = runtime.prompt(turn)
+        self.messages: list[ModelMessage] = [UserMessage(self.prompt)]
         self.calls = self.malformed = 0
+        self.usage: dict[str, Any] = {"modelCalls": 0, "malformedToolCalls": 0}
 
     async def run(self) -> JsonValue:
+        told = f"{self.runtime.instructions}\n\n{self.prompt}".encode()
+        self.host.annotate("promptHash", hashlib.sha256(told).hexdigest())
         answer_step = False
         while True:
             step = self.host.declare_step()
             response = await self._generate(step, answer_step)
+            self._account(response)
             self.messages.append(AssistantMessage(response.text, response.tool_calls))
             if response.refusal is not None:
                 return {"refusal": response.refusal}
@@ -136,6 +142,16 @@ class _Turn:
             if answer_step:
                 return self._answer(response.text)
             answer_step = limited or step >= self.host.limits.max_steps
+
+    def _account(self, response: ModelResponse) -> None:
+        """Keep the turn's model usage in its record (the served model, calls, tokens)."""
+        usage = self.usage
+        usage["modelCalls"] += 1
+        if response.model:
+            usage["model"] = response.model
+        for key, count in response.usage.items():
+            usage[f"{key}Tokens"] = usage.get(f"{key}Tokens", 0) + count
+        self.host.annotate("modelUsage", usage)
 
     def _system(self, step: int, answer_step: bool) -> str:
         limits = self.host.limits
@@ -188,6 +204,8 @@ class _Turn:
         arguments = self._arguments(call.arguments)
         if arguments is None:
             self.malformed += 1
+            self.usage["malformedToolCalls"] = self.malformed
+            self.host.annotate("modelUsage", self.usage)
             if self.malformed > self.runtime.max_malformed_calls:
                 raise TurnFailure("invalid_driver_decision", "too many malformed tool calls")
             return _refusal("invalid_tool_arguments", "the arguments are not a JSON object "

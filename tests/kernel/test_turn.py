@@ -392,3 +392,35 @@ async def test_malformed_requests_raise() -> None:
     with pytest.raises(ContractError):
         await executor.execute({**wire, "grants": []})
     assert runtime.runs == 1
+
+
+async def test_annotations_reach_the_record_on_every_ending() -> None:
+    """ADR 0027: what a runtime states survives its own failure and the deadline."""
+    world = make_world(ALICE_TURN)
+    kept: list[RuntimeHost] = []
+
+    async def script(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        kept.append(host)
+        host.annotate("promptHash", "abc")
+        host.annotate("promptHash", "def")  # the last write wins
+        for bad in ("", "runtime"):
+            with pytest.raises(ContractError):
+                host.annotate(bad, 1)
+        with pytest.raises(ContractError):
+            host.annotate("x", math.nan)
+        mode = turn.message.payload
+        if mode == "fail":
+            raise KeyError("boom")
+        if mode == "hang":
+            await anyio.sleep_forever()
+        return "ok"
+
+    executor, _ = scripted(world, script)
+    for mode, status in (("ok", "succeeded"), ("fail", "failed"), ("hang", "cancelled")):
+        request = execution(options={"timeoutMs": 50})
+        message = request.message.model_copy(update={"payload": mode})
+        result = await executor.execute(request.model_copy(update={"message": message}))
+        assert result.status == status and result.metadata == {"promptHash": "def"}
+    kept[0].annotate("late", 1)  # after the turn closed: dropped, no error
+    plain = await scripted(world, answer)[0].execute(execution())
+    assert plain.metadata is None

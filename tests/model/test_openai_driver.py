@@ -76,6 +76,11 @@ async def test_tool_call_round_trip_matches_the_chat_completions_format() -> Non
          "function": {"name": "messages_request", "arguments": ASK_CAROL}}]}
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_0"
     assert json.loads(tool["content"]) == {"status": "succeeded", "output": {"status": "green"}}
+    assert result.metadata is not None
+    assert result.metadata["modelUsage"] == {"modelCalls": 2, "malformedToolCalls": 0,
+                                             "model": "gpt-test", "inputTokens": 20,
+                                             "outputTokens": 10}
+    assert len(str(result.metadata["promptHash"])) == 64
 
 
 async def test_parallel_tool_calls_are_each_answered() -> None:

@@ -191,6 +191,8 @@ async def test_endless_malformed_calls_fail_the_turn_as_an_invalid_decision() ->
     assert result.status == "failed" and result.error is not None
     assert result.error.code == "invalid_driver_decision"
     assert len(driver.requests) == 2
+    assert result.metadata is not None
+    assert result.metadata["modelUsage"]["malformedToolCalls"] == 5  # type: ignore[index]
 
 
 class Status(BaseModel):
@@ -269,6 +271,7 @@ async def test_the_deadline_cancels_the_in_flight_model_call() -> None:
 
     result = await run(make_world(TURN), ScriptedDriver(hang), options={"timeoutMs": 50})
     assert result.status == "cancelled" and cancelled.is_set()
+    assert result.metadata is not None and "promptHash" in result.metadata  # ADR 0027
 
 
 async def test_ambiguous_tool_aliases_are_never_offered() -> None:
