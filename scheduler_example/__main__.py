@@ -34,6 +34,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--redis-url", default=None,
                         help="a real Redis server (default: embedded fakeredis)")
     parser.add_argument("--namespace", default=None, help="namespace (default scheduler-example)")
+    parser.add_argument("--model", default=os.environ.get("SHAREDOS_EXAMPLE_MODEL", "scripted"),
+                        help="what drives bob and alice: scripted (default), openai:MODEL "
+                             "(OPENAI_BASE_URL, OPENAI_API_KEY) or anthropic:MODEL "
+                             "(ANTHROPIC_API_KEY)")
     parser.add_argument("--in-process-worker", action="store_true",
                         help="with --redis-url: run the worker in this process too")
     return parser.parse_args(argv)
@@ -63,11 +67,12 @@ async def main(argv: Sequence[str] | None = None) -> int:
     async with _client(args.redis_url) as redis:
         connection = None if args.redis_url is None else RedisSettings.from_url(args.redis_url)
         host = build_host(redis, transcript=transcript, connection=connection,
-                          namespace=namespace)
+                          namespace=namespace, model=args.model)
         backend = "embedded fakeredis" if args.redis_url is None else args.redis_url
         local = args.redis_url is None or args.in_process_worker
         transcript.say(f"sharedos-redis example: namespace {namespace!r} on {backend}, "
-                       f"worker {'in this process' if local else 'in another process'}")
+                       f"worker {'in this process' if local else 'in another process'}, "
+                       f"bob and alice driven by the {args.model} model")
         await issue_grants(host, run_id=uuid.uuid4().hex[:8])
         async with host:
             if local:

@@ -32,7 +32,8 @@ from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
 
-from .runtimes import Alice, Asker, Carol, PingPong
+from .models import make_driver, model_runtime
+from .runtimes import Asker, Carol, PingPong
 from .transcript import Transcript
 
 __all__ = ["NAMESPACE", "OWNER", "build_host", "host", "issue_grants"]
@@ -60,14 +61,16 @@ async def read_atlas_file(context: AccessContext, call: ToolCall) -> JsonValue:
     return {"path": name, "text": text.strip().splitlines()[-1]}
 
 
-def _agents(transcript: Transcript) -> dict[str, AgentSpec]:
+def _agents(transcript: Transcript, model: str) -> dict[str, AgentSpec]:
+    driver = make_driver(model)
+
     def spec(runtime: Any, *namespaces: str) -> AgentSpec:
         return AgentSpec(runtime=runtime, authority=OWNER, owner=OWNER,
                          tool_namespaces=("messages", *namespaces))
 
     return {
-        "bob": spec(Asker("bob", "alice", "What is the Atlas status?", transcript)),
-        "alice": spec(Alice(transcript), "files"),
+        "bob": spec(model_runtime("bob", driver, transcript)),
+        "alice": spec(model_runtime("alice", driver, transcript), "files"),
         "carol": spec(Carol()),
         "eve": spec(Asker("eve", "alice", "Send me the Atlas files", transcript)),
         "ping": spec(PingPong("ping", "pong", transcript)),
@@ -77,12 +80,13 @@ def _agents(transcript: Transcript) -> dict[str, AgentSpec]:
 
 def build_host(redis: Redis, *, transcript: Transcript | None = None,
                connection: RedisSettings | None = None,
-               namespace: str = NAMESPACE) -> MessagingHost:
-    """The example's host on ``redis``."""
+               namespace: str = NAMESPACE, model: str = "scripted") -> MessagingHost:
+    """The example's host on ``redis``; ``model`` drives bob and alice (see ``models``)."""
     settings = HostSettings(request_timeout_s=20, turn_timeout_s=15, lease_s=5,
                             default_budget_hops=8)
-    built = MessagingHost(redis, namespace=namespace, agents=_agents(transcript or Transcript()),
-                          settings=settings, connection=connection)
+    agents = _agents(transcript or Transcript(), model)
+    built = MessagingHost(redis, namespace=namespace, agents=agents, settings=settings,
+                          connection=connection)
     built.register_tool(FILES_READ, read_atlas_file)
     return built
 
@@ -91,13 +95,15 @@ def host() -> MessagingHost:
     """The host a separate worker loads: ``sharedos-redis worker --app scheduler_example:host``.
 
     Connects as ``SHAREDOS_REDIS_*`` say (``SHAREDOS_REDIS_URL``, default
-    ``redis://127.0.0.1:6379/0``; TLS, ACL user, Sentinel: see ``RedisSettings``) and
-    serves ``SHAREDOS_NAMESPACE`` (default ``scheduler-example``).
+    ``redis://127.0.0.1:6379/0``; TLS, ACL user, Sentinel: see ``RedisSettings``),
+    serves ``SHAREDOS_NAMESPACE`` (default ``scheduler-example``) and drives bob and
+    alice with ``SHAREDOS_EXAMPLE_MODEL`` (default ``scripted``; see ``--model``).
     """
     connection = RedisSettings.from_env()
     namespace = os.environ.get("SHAREDOS_NAMESPACE", NAMESPACE)
     return build_host(create_redis(connection), connection=connection, namespace=namespace,
-                      transcript=Transcript(echo=False))
+                      transcript=Transcript(echo=False),
+                      model=os.environ.get("SHAREDOS_EXAMPLE_MODEL", "scripted"))
 
 
 def _grant(grant_id: str, namespace: str, subject: str, resource: ResourceRef,

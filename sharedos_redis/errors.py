@@ -11,6 +11,8 @@ infrastructure failure::
     ├── StoreUnavailable              Redis (or another store) could not be reached or failed
     ├── AuditUnavailable              a before-effect audit record could not be written
     ├── UnknownMessage                no request with that id exists in the namespace
+    ├── TurnFailure                   a runtime ends its turn failed with a typed code (``.code``)
+    ├── ModelCallFailed               a model driver's call to its provider failed (``.kind``)
     └── RequestOutcomeError           a request ended without a reply (has ``.code``)
         ├── RequestTimedOut               its deadline passed
         ├── RequestCancelled              it was cancelled by the host
@@ -27,6 +29,7 @@ __all__ = [
     "AuditUnavailable",
     "ConfigurationError",
     "ContractError",
+    "ModelCallFailed",
     "RequestCancelled",
     "RequestExpired",
     "RequestFailed",
@@ -34,6 +37,7 @@ __all__ = [
     "RequestTimedOut",
     "SharedOSError",
     "StoreUnavailable",
+    "TurnFailure",
     "UnknownMessage",
     "UnsupportedProtocolVersion",
 ]
@@ -100,6 +104,42 @@ class UnknownMessage(SharedOSError):
     def __init__(self, namespace: str, message_id: str) -> None:
         super().__init__(f"no request {message_id!r} in namespace {namespace!r}")
         self.namespace, self.message_id = namespace, message_id
+
+
+class TurnFailure(SharedOSError):
+    """Raised by a runtime to end its turn ``failed`` with one of the turn codes.
+
+    The executor accepts ``driver_failed`` (the model or its provider failed),
+    ``invalid_driver_decision`` (the model's output could not be used) and
+    ``invalid_runtime_outcome`` (the final answer broke the declared output
+    schema); any other code becomes ``runtime_failed``. The text stays in the
+    host's logs, never in the turn's result.
+
+    Attributes:
+        code: the turn code.
+    """
+
+    def __init__(self, code: str, reason: str = "") -> None:
+        super().__init__(f"turn failed {code}" + (f": {reason}" if reason else ""))
+        self.code = code
+
+
+class ModelCallFailed(SharedOSError):
+    """A model driver's call to its provider failed; the standard runtime may retry it.
+
+    Attributes:
+        kind: ``rate_limited``, ``timeout``, ``unavailable``, ``bad_request``,
+            ``auth`` or ``bad_response``.
+        retryable: whether the same call may succeed later.
+        status: the provider's HTTP status, when there was one.
+        retry_after_s: the provider's ``Retry-After``, when it sent one.
+    """
+
+    def __init__(self, kind: str, *, retryable: bool, status: int | None = None,
+                 retry_after_s: float | None = None) -> None:
+        super().__init__(f"model call failed: {kind}" + (f" (HTTP {status})" if status else ""))
+        self.kind, self.retryable = kind, retryable
+        self.status, self.retry_after_s = status, retry_after_s
 
 
 class RequestOutcomeError(SharedOSError):

@@ -54,6 +54,8 @@ TurnReason = Literal[
     "step_limit_exceeded",
     "runtime_failed",
     "invalid_runtime_outcome",
+    "driver_failed",
+    "invalid_driver_decision",
     "turn_cancelled",
 ]
 

@@ -7,11 +7,18 @@ executor. A runtime never sees grants or authority; its only way to act is
 ``host.invoke_tool``, which goes through :meth:`Kernel.invoke_tool` with the
 recipient's own context.
 
-Limits: a **step** is one ``host.invoke_tool`` round, whatever its result
-(refused, denied or run); a **tool call** is a step that reaches the kernel
-(the tool is offered and the step limit was not hit). ``maxSteps`` defaults to
-16, ``maxToolCalls`` to ``maxSteps``, ``timeoutMs`` to 120000; a refused call
-is a result and the turn goes on. Imports no I/O library.
+Limits (SharedOS ADR 0012/0017): ``maxToolCalls`` is a hard ceiling over
+**every** ``invoke_tool`` round, offered tool or not, refused or run; past it a
+call is refused ``tool_call_limit_exceeded``. ``maxSteps`` bounds the steps a
+runtime **declares** with ``host.declare_step()`` (the standard model runtime
+declares one per model call); the host numbers them, so a runtime cannot
+renumber its way back under the limit, and a call made in a step at or past
+``maxSteps`` is refused ``step_limit_exceeded``. A runtime that declares no step
+is bounded by the call ceiling alone. Refusals are results and the turn goes
+on. ``maxSteps`` defaults to 16, ``maxToolCalls`` to ``maxSteps``, ``timeoutMs``
+to 120000. ``host.annotate(key, value)`` states a fact for the record (ADR
+0027): it lands in the result's ``metadata`` on every ending. Imports no I/O
+library.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
+from ..errors import ContractError
 from .audit import audit_event
 from .contracts import (
     AccessContext,
@@ -33,6 +41,7 @@ from .contracts import (
     ToolDefinition,
     ToolResult,
     format_timestamp,
+    parse_wire,
 )
 from .kernel import Kernel
 from .tools import record_outcome, tool_denied
@@ -78,10 +87,40 @@ class TurnRequest:
 
 
 class RuntimeHost(Protocol):
-    """A runtime's only way to act inside its turn."""
+    """A runtime's only way to act inside its turn.
+
+    Attributes:
+        limits: the turn's effective limits (its step budget and call ceiling).
+    """
+
+    @property
+    def limits(self) -> TurnLimits:
+        """The turn's effective limits."""
+        ...
+
+    def declare_step(self) -> int:
+        """Open the next step and return its index (0, 1, ...).
+
+        Calls made after it belong to that step; one made in a step at or past
+        ``limits.max_steps`` is refused ``step_limit_exceeded``. Declaring is a
+        claim, not a permission: it never widens what the runtime may do.
+        """
+        ...
 
     async def invoke_tool(self, call: ToolCall) -> ToolResult:
         """Invoke one tool; refusals and failures are results."""
+        ...
+
+    def annotate(self, key: str, value: JsonValue) -> None:
+        """State one fact about the turn for its record (SharedOS ADR 0027).
+
+        The value lands in the result's ``metadata`` under ``key`` on every ending,
+        cancelled and failed included; the last write wins; a write after the turn
+        closed is dropped. Descriptive only: nothing the host decides reads it.
+
+        Raises:
+            ContractError: ``key`` is empty or ``runtime``, or ``value`` is not JSON.
+        """
         ...
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
@@ -122,6 +161,7 @@ class EventLog:
         self._execution_id, self._trace_id = execution_id, trace_id
         self._ids, self._clock = ids, clock
         self.events: list[ExecutionEvent] = []
+        self.annotations: dict[str, JsonValue] = {}
 
     def append(self, type: str, data: JsonValue) -> None:
         """Append one event stamped with the next sequence number and the clock."""
@@ -132,7 +172,7 @@ class EventLog:
 
 
 class TurnHost:
-    """The concrete :class:`RuntimeHost` of one turn (counts steps and tool calls).
+    """The concrete :class:`RuntimeHost` of one turn (counts declared steps and every call).
 
     Args:
         kernel: the kernel every call goes through.
@@ -147,8 +187,19 @@ class TurnHost:
                  limits: TurnLimits, log: EventLog, ids: Callable[[], str]) -> None:
         self._kernel, self._context, self._offered = kernel, context, offered
         self._limits, self._log, self._ids = limits, log, ids
-        self._steps = self._tool_calls = 0
+        self._step: int | None = None
+        self._tool_calls = 0
         self.closed = False
+
+    @property
+    def limits(self) -> TurnLimits:
+        """The turn's effective limits."""
+        return self._limits
+
+    def declare_step(self) -> int:
+        """Open the next step and return its index (0-based)."""
+        self._step = 0 if self._step is None else self._step + 1
+        return self._step
 
     async def invoke_tool(self, call: ToolCall | Mapping[str, Any]) -> ToolResult:
         """Invoke one tool through the kernel with the recipient's own context.
@@ -162,8 +213,22 @@ class TurnHost:
         error = getattr(result, "error", None)
         self._log.append("tool.invoked", {
             "callId": call.id, "tool": call.tool, "status": result.status,
+            **({"step": self._step} if self._step is not None else {}),
             **({"code": error.code} if error is not None else {})})
         return result
+
+    def annotate(self, key: str, value: JsonValue) -> None:
+        """State one fact about the turn for its record (see :meth:`RuntimeHost.annotate`).
+
+        Raises:
+            ContractError: ``key`` is empty or ``runtime``, or ``value`` is not JSON.
+        """
+        if not key or key == "runtime":
+            raise ContractError("annotation", [{"loc": ("key",), "type": "reserved",
+                                                "msg": "an empty or reserved key"}])
+        checked: JsonValue = parse_wire(JsonValue, value)
+        if not self.closed:
+            self._log.annotations[key] = checked
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
         """Build a ToolCall (fresh id, the turn's traceId, now) and invoke it.
@@ -181,15 +246,15 @@ class TurnHost:
         if self.closed:
             refusal = ("tool_unavailable", "turn_ended")
         else:
-            self._steps += 1
-            if self._steps > self._limits.max_steps:
+            # Every round counts toward the ceiling, offered or not (ADR 0012), so a
+            # runtime guessing tool names is bounded exactly like one calling real ones.
+            self._tool_calls += 1
+            if self._tool_calls > self._limits.max_tool_calls:
+                refusal = ("tool_call_limit_exceeded", "tool_call_limit")
+            elif self._step is not None and self._step >= self._limits.max_steps:
                 refusal = ("step_limit_exceeded", "step_limit")
             elif call.tool not in self._offered:
                 refusal = ("tool_unavailable", "not_offered")
-            else:
-                self._tool_calls += 1
-                if self._tool_calls > self._limits.max_tool_calls:
-                    refusal = ("tool_call_limit_exceeded", "tool_call_limit")
         if refusal is None:
             return await self._kernel.invoke_tool(self._context, call)
         code, cause = refusal

@@ -67,6 +67,8 @@ ERROR_MESSAGES: dict[str, str] = {
     "receiver_mismatch": "the message is not addressed to the executing agent",
     "runtime_failed": "the runtime failed",
     "invalid_runtime_outcome": "the runtime returned a value that is not JSON",
+    "driver_failed": "the model driver failed",
+    "invalid_driver_decision": "the model driver returned an output that cannot be used",
     "turn_cancelled": "the turn was cancelled",
     "audit_unavailable": "the audit record could not be written",
 }

@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from ..errors import ContractError
+from ..errors import ContractError, TurnFailure
 from .audit import audit_event
 from .contracts import (
     AuditOutcome,
@@ -62,6 +62,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger("sharedos_redis.turn")
+
+_RUNTIME_FAILURES = frozenset({"driver_failed", "invalid_driver_decision",
+                               "invalid_runtime_outcome"})
+"""The codes a runtime may end its turn with by raising :class:`TurnFailure`."""
 
 _AUDIT_OUTCOME: dict[str, AuditOutcome] = {
     "succeeded": "succeeded", "denied": "denied", "failed": "failed", "cancelled": "failed",
@@ -147,7 +151,8 @@ class TurnExecutor:
 
     def _common(self, request: ExecutionRequest, log: EventLog, started: str) -> dict[str, Any]:
         return {"execution_id": request.execution_id, "trace_id": request.context.trace_id,
-                "events": tuple(log.events), "started_at": started, "completed_at": self._now()}
+                "events": tuple(log.events), "started_at": started, "completed_at": self._now(),
+                "metadata": dict(log.annotations) or None}
 
     async def _offered(self, request: ExecutionRequest) -> tuple[ToolDefinition, ...]:
         """The kernel's usable tools whose names the request lists (the kernel's definitions)."""
@@ -169,7 +174,7 @@ class TurnExecutor:
                             attempt: int) -> ExecutionResult:
         limits = TurnLimits.from_options(request.options)
         output: object = None
-        runtime_failed = False
+        failure: str | None = None
         with anyio.move_on_after(limits.timeout_ms / 1000) as deadline:
             tools = await self._offered(request)
             host = TurnHost(self._kernel, request.context, frozenset(t.name for t in tools),
@@ -183,8 +188,12 @@ class TurnExecutor:
                                         "tools": [t.name for t in tools]})
             try:
                 output = await self._runtime.run(turn, host)
+            except TurnFailure as exc:
+                failure = exc.code if exc.code in _RUNTIME_FAILURES else "runtime_failed"
+                _log.warning("runtime of agent %s ended turn %s: %s", request.agent.id,
+                             request.execution_id, exc, exc_info=exc.__cause__ is not None)
             except Exception:  # its text never leaves the turn; cancellation propagates
-                runtime_failed = True
+                failure = "runtime_failed"
                 # the operator's log gets the traceback; the model and the audit get a code
                 _log.error("runtime of agent %s raised in turn %s", request.agent.id,
                            request.execution_id, exc_info=True)
@@ -192,8 +201,8 @@ class TurnExecutor:
                 host.closed = True
         if deadline.cancel_called:
             return await self._end(request, log, started, "cancelled", "turn_cancelled")
-        if runtime_failed:
-            return await self._end(request, log, started, "failed", "runtime_failed")
+        if failure is not None:
+            return await self._end(request, log, started, "failed", failure)
         try:
             checked: JsonValue = parse_wire(JsonValue, output)
         except ContractError:

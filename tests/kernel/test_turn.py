@@ -246,22 +246,62 @@ async def test_tool_call_limit_refuses_and_the_turn_goes_on() -> None:
     assert codes == [None, "tool_call_limit_exceeded", "tool_call_limit_exceeded"]
 
 
-async def test_step_limit_counts_every_round_even_refused_ones() -> None:
+async def test_the_call_ceiling_counts_unoffered_calls_too() -> None:
+    """ADR 0012: every call counts, so guessing tool names spends the same ceiling."""
     world = make_world(ALICE_TURN, ALICE_READ)
     world.register_files()
     codes: list[str | None] = []
 
     async def script(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
-        for name in ("no.such.tool", "files.read", "files.read"):
+        for name in ("no.such.tool", "files.secret", "files.read"):
             result = await host.call(name, {})
             codes.append(result.error.code if result.status != "succeeded" else None)
         return None
 
     executor, _ = scripted(world, script)
-    result = await executor.execute(execution(options={"maxSteps": 2}))
+    result = await executor.execute(execution(options={"maxToolCalls": 2}))
     assert result.status == "succeeded"
-    assert codes == ["tool_unavailable", None, "step_limit_exceeded"]
-    assert len(world.handled) == 1
+    assert codes == ["tool_unavailable", "tool_unavailable", "tool_call_limit_exceeded"]
+    assert world.handled == []
+    refused = [e for e in world.audit_of("tool.invoked") if e.reason == "tool_call_limit_exceeded"]
+    assert [e.cause for e in refused] == ["tool_call_limit"]
+
+
+async def test_undeclared_steps_are_bounded_by_the_call_ceiling_alone() -> None:
+    world = make_world(ALICE_TURN, ALICE_READ)
+    world.register_files()
+
+    async def script(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        assert (host.limits.max_steps, host.limits.max_tool_calls) == (1, 4)
+        return [(await host.call("files.read", {})).status for _ in range(5)]
+
+    executor, _ = scripted(world, script)
+    result = await executor.execute(execution(options={"maxSteps": 1, "maxToolCalls": 4}))
+    assert result.output == ["succeeded"] * 4 + ["denied"]
+    assert len(world.handled) == 4
+
+
+async def test_declared_steps_past_the_limit_are_refused_per_call() -> None:
+    world = make_world(ALICE_TURN, ALICE_READ)
+    world.register_files()
+    seen: list[tuple[int, str | None]] = []
+
+    async def script(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        for _ in range(3):
+            step = host.declare_step()
+            for name in ("files.read", "no.such.tool"):
+                result = await host.call(name, {})
+                seen.append((step, result.error.code if result.status != "succeeded" else None))
+        return None
+
+    executor, _ = scripted(world, script)
+    result = await executor.execute(execution(options={"maxSteps": 2, "maxToolCalls": 100}))
+    assert result.status == "succeeded"
+    assert seen == [(0, None), (0, "tool_unavailable"), (1, None), (1, "tool_unavailable"),
+                    (2, "step_limit_exceeded"), (2, "step_limit_exceeded")]
+    assert len(world.handled) == 2
+    steps = [e.data.get("step") for e in result.events if e.type == "tool.invoked"]
+    assert steps == [0, 0, 1, 1, 2, 2]
 
 
 async def test_timeout_cancels_the_turn() -> None:
@@ -352,3 +392,35 @@ async def test_malformed_requests_raise() -> None:
     with pytest.raises(ContractError):
         await executor.execute({**wire, "grants": []})
     assert runtime.runs == 1
+
+
+async def test_annotations_reach_the_record_on_every_ending() -> None:
+    """ADR 0027: what a runtime states survives its own failure and the deadline."""
+    world = make_world(ALICE_TURN)
+    kept: list[RuntimeHost] = []
+
+    async def script(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        kept.append(host)
+        host.annotate("promptHash", "abc")
+        host.annotate("promptHash", "def")  # the last write wins
+        for bad in ("", "runtime"):
+            with pytest.raises(ContractError):
+                host.annotate(bad, 1)
+        with pytest.raises(ContractError):
+            host.annotate("x", math.nan)
+        mode = turn.message.payload
+        if mode == "fail":
+            raise KeyError("boom")
+        if mode == "hang":
+            await anyio.sleep_forever()
+        return "ok"
+
+    executor, _ = scripted(world, script)
+    for mode, status in (("ok", "succeeded"), ("fail", "failed"), ("hang", "cancelled")):
+        request = execution(options={"timeoutMs": 50})
+        message = request.message.model_copy(update={"payload": mode})
+        result = await executor.execute(request.model_copy(update={"message": message}))
+        assert result.status == status and result.metadata == {"promptHash": "def"}
+    kept[0].annotate("late", 1)  # after the turn closed: dropped, no error
+    plain = await scripted(world, answer)[0].execute(execution())
+    assert plain.metadata is None
