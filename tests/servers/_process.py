@@ -2,7 +2,8 @@
 
 Every process started here is remembered until it has exited; an ``atexit`` hook
 SIGKILLs any still running when the test process ends (interrupt, failed teardown)
-and deletes its directory, so nothing outlives the test run. Nothing here ever signals a process it did not start.
+and deletes its directory, so nothing outlives the test run. Nothing here ever
+signals a process it did not start.
 """
 
 from __future__ import annotations
