@@ -125,12 +125,12 @@ class SentinelCluster:
 
     async def wait_demoted(self, old: Address, timeout_s: float = 20.0) -> None:
         """Poll until the node at ``old`` (alive after :meth:`failover`, or restarted after
-        :meth:`kill_primary`) reports ``ROLE`` replica: Sentinel demotes it ~10 s after the
-        failover; until then it still accepts writes that are later lost."""
+        :meth:`kill_primary`) is a replica in sync with the new primary. Sentinel demotes
+        it ~10 s after the failover; until then it still accepts writes that are lost."""
         node = self.node_at(old)
         async def demoted() -> bool:
             role = await _ask(node, "ROLE")
-            return bool(role) and role[0] == b"slave"
+            return bool(role) and role[0] == b"slave" and await _replica_in_sync(node)
 
         with anyio.fail_after(timeout_s):
             await poll_until(demoted, interval_s=0.05)
