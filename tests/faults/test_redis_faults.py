@@ -101,7 +101,7 @@ async def test_redis_lost_in_flight_requests_end_typed_and_worker_recovers(
             with anyio.fail_after(30):
                 async with anyio.create_task_group() as tg:
                     await _in_flight(host, gate, results, tg)
-                    await volatile.kill()
+                    volatile.kill()
                     down = await ask(host, "alice", {"while": "down"})
                 codes = [_typed_failure(r) for r in results]
                 assert len(codes) == IN_FLIGHT, codes
@@ -130,7 +130,7 @@ async def test_redis_restart_with_aof_settles_in_flight_requests(durable: RedisS
             with anyio.fail_after(40):
                 async with anyio.create_task_group() as tg:
                     await _in_flight(host, gate, results, tg)
-                    await durable.kill()
+                    durable.kill()
                     down = await ask(host, "alice", {"while": "down"})
                     await durable.start()  # the AOF brings every marker back
                     gate.open.set()

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 __all__ = ["ServerProcess", "ServerStartError", "free_port", "poll_until",
-           "require_redis_server"]
+           "redis_server_available", "require_redis_server"]
 
 POLL_S = 0.01
 _LIVE: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
@@ -48,9 +48,14 @@ class ServerStartError(RuntimeError):
     """A server did not answer before its deadline, or exited while starting."""
 
 
+def redis_server_available() -> bool:
+    """Whether a ``redis-server`` binary is on PATH."""
+    return shutil.which("redis-server") is not None
+
+
 def require_redis_server() -> None:
     """Skip the calling test when no ``redis-server`` binary is on PATH."""
-    if shutil.which("redis-server") is None:
+    if not redis_server_available():
         pytest.skip("no redis-server binary on PATH")
 
 
@@ -112,18 +117,11 @@ class ServerProcess:
             self._signal(signal.SIGTERM)
             self._signal(signal.SIGCONT)  # a frozen server must run to handle SIGTERM
             if not await self._exited_within(timeout_s):
-                await self.kill()
+                self.kill()
         self._forget()
 
-    async def kill(self) -> None:
-        """SIGKILL and wait for the exit (a crash: no shutdown, no final fsync)."""
-        if self.running:
-            self._signal(signal.SIGKILL)
-            await self._exited_within(10.0)
-        self._forget()
-
-    def kill_now(self) -> None:
-        """Synchronous SIGKILL and wait, for teardown outside the event loop."""
+    def kill(self) -> None:
+        """SIGKILL and reap (a crash: no shutdown, no final fsync); takes milliseconds."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)

@@ -18,7 +18,7 @@ import anyio
 from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
-from ._process import ServerProcess, ServerStartError, free_port
+from ._process import ServerProcess, ServerStartError, free_port, redis_server_available
 from .tls import CertPair, TlsMaterial
 
 __all__ = ["RedisServer"]
@@ -50,6 +50,11 @@ class RedisServer:
         self.dir = Path(tempfile.mkdtemp(prefix=f"sos-{name}-"))
         self.process = ServerProcess(self.dir, name, sentinel=sentinel)
         self._started_once = False
+
+    @staticmethod
+    def available() -> bool:
+        """Whether a ``redis-server`` binary is on PATH (fixtures skip without it)."""
+        return redis_server_available()
 
     @property
     def host(self) -> str:
@@ -112,7 +117,7 @@ class RedisServer:
                 await self.process.wait_ready(self._ping, timeout_s)
             except ServerStartError:
                 lost_race = "Address already in use" in self.process.log_tail()
-                await self.process.kill()
+                self.process.kill()
                 if not lost_race or attempt == _PORT_ATTEMPTS - 1:
                     raise
                 self.port = free_port()  # another process took the port first
@@ -124,13 +129,16 @@ class RedisServer:
         """Shut down cleanly (SIGTERM; SIGKILL after ``timeout_s``)."""
         await self.process.stop(timeout_s)
 
-    async def kill(self) -> None:
-        """SIGKILL: a crash (with the AOF, every acknowledged write survives)."""
-        await self.process.kill()
+    def kill(self) -> None:
+        """SIGKILL and reap: a crash (with the AOF, every acknowledged write survives)."""
+        self.process.kill()
 
     async def restart(self, down_s: float = 0.0, *, crash: bool = False) -> None:
         """Stop (``crash``: SIGKILL), stay down ``down_s`` seconds, start on the same port."""
-        await (self.kill() if crash else self.stop())
+        if crash:
+            self.kill()
+        else:
+            await self.stop()
         await anyio.sleep(down_s)  # the outage itself, not a synchronisation
         await self.start()
 
@@ -144,7 +152,7 @@ class RedisServer:
 
     def cleanup(self) -> None:
         """Kill the server (if running) and delete its directory; safe to call twice."""
-        self.process.kill_now()
+        self.process.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _config_lines(self) -> list[str]:

@@ -84,7 +84,7 @@ class SentinelCluster:
     async def kill_primary(self) -> Address:
         """SIGKILL the current primary; returns its (old) address."""
         old = await self.primary_address()
-        await self.node_at(old).kill()
+        self.node_at(old).kill()
         return old
 
     async def failover(self, timeout_s: float = 10.0) -> Address:

@@ -224,18 +224,15 @@ async def test_sentinel_client_writes_before_and_after_the_primary_is_killed(
     try:
         await master.set("before", "1")
         # replication is asynchronous: without WAIT a write just before the kill may be lost
-        assert await master.execute_command("WAIT", 1, 2000) == 1
+        assert await master.execute_command("WAIT", 1, 5000) == 1, "replica not in sync"
         old = await cluster.kill_primary()
         with pytest.raises(RedisError):
             await master.set("during", "x")  # no primary yet: a connection error, no hang
-        started = time.monotonic()
-        new = await cluster.wait_new_primary(old, timeout_s=15)
-        elected_s = time.monotonic() - started
+        new = await cluster.wait_new_primary(old, timeout_s=20)  # ~2-3 s, more if votes split
         assert new != old and not cluster.node_at(old).running
-        await _write_until(master, "after", "2", timeout_s=5)
-        assert await _read_on(cluster, new, "before") == b"1"
-        assert await _read_on(cluster, new, "after") == b"2"
-        assert elected_s < 10, elected_s
+        await _write_until(master, "after", "2", timeout_s=10)
+        assert await _read_on(cluster, new, "before") == b"1", "a WAITed write was lost"
+        assert await _read_on(cluster, new, "after") == b"2", "written elsewhere"
     finally:
         await master.aclose()
 
