@@ -18,6 +18,9 @@ from sharedos_redis.store.keys import Keys
 
 from .support import Keyspace, scan_keyspace
 
+# private redis-server fixtures: servers, redis_server, tls_redis_server, sentinel_cluster
+pytest_plugins = ["tests.servers.fixtures"]
+
 RedisFactory = Callable[[], Awaitable[Redis]]
 
 

@@ -9,7 +9,6 @@ that were in flight settle after the restart.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -22,12 +21,12 @@ from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.store.keys import OPEN_STATES
 from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
+from tests.servers import RedisServer, ServerPool
 from tests.worker.helpers import make_host
 
 from . import fault_app
 from .inspect_ns import message_ids, states
 from .outcomes import ROWS, Row
-from .redis_server import RedisServer
 from .requester import ask
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -53,27 +52,14 @@ async def _idle(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
     return None
 
 
-async def _server(persistent: bool) -> AsyncIterator[RedisServer]:
-    if not RedisServer.available():
-        pytest.skip("no redis-server binary")
-    server = RedisServer(persistent=persistent)
-    try:
-        await server.start()
-        yield server
-    finally:
-        server.cleanup()
+@pytest.fixture
+async def volatile(servers: ServerPool) -> RedisServer:
+    return await servers.redis(persistent=False)
 
 
 @pytest.fixture
-async def volatile() -> AsyncIterator[RedisServer]:
-    async for server in _server(False):
-        yield server
-
-
-@pytest.fixture
-async def durable() -> AsyncIterator[RedisServer]:
-    async for server in _server(True):
-        yield server
+async def durable(servers: ServerPool) -> RedisServer:
+    return await servers.redis(persistent=True)
 
 
 async def _client(server: RedisServer) -> Redis:
