@@ -37,7 +37,8 @@ def release_key(ns: str) -> str:
     return f"test:{ns}:release"
 
 
-def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 3,
+def build(redis: Redis, ns: str, *, url: str | None = None,
+          connection: RedisSettings | None = None, max_attempts: int = 3,
           bob_mode: str = "reply", bob_payload: JsonValue = None,
           **settings: Any) -> MessagingHost:
     async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
@@ -68,7 +69,7 @@ def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 
                            tool_namespaces=("messages", "files", "notes")),
     }
     host = MessagingHost(redis, namespace=ns, agents=agents, settings=HostSettings(**values),
-                         connection=RedisSettings.from_url(url) if url else None)
+                         connection=connection or (RedisSettings.from_url(url) if url else None))
     host.register_tool(tool("files.alice", "files", ("alice",)), read_file_handler)
     host.register_tool(tool("files.bob", "files", ("bob",)), read_file_handler)
     write = tool("notes.write", "notes", ("alice",), action="write").model_copy(
@@ -78,8 +79,9 @@ def build(redis: Redis, ns: str, *, url: str | None = None, max_attempts: int = 
 
 
 def host() -> MessagingHost:
-    url = os.environ["SHAREDOS_REDIS_URL"]
-    return build(create_redis(RedisSettings(url=url)), os.environ["SHAREDOS_NAMESPACE"], url=url,
+    connection = RedisSettings.from_env()  # SHAREDOS_REDIS_URL, TLS files, ...
+    return build(create_redis(connection), os.environ["SHAREDOS_NAMESPACE"],
+                 connection=connection,
                  max_attempts=int(os.environ.get("TEST_MAX_ATTEMPTS", "3")),
                  direct_dispatch=os.environ.get("TEST_DIRECT_DISPATCH", "1") == "1",
                  drain_grace_s=float(os.environ.get("TEST_DRAIN_GRACE", "10")))

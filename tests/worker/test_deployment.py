@@ -5,6 +5,7 @@ graceful drain (finish, hand back, interrupt) and the per-turn log line."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 import signal
 import subprocess
 import sys
@@ -18,10 +19,13 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError
 
+from sharedos_redis.errors import StoreUnavailable
+from sharedos_redis.store.boundary import store_errors
+from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.store.keys import encode_id
 from sharedos_redis.worker.host import MessagingHost
 
-from ..faults.redis_server import RedisServer
+from ..servers import RedisServer, SentinelCluster, ServerPool, TlsMaterial
 from . import proc_app
 from .helpers import grant, invoke_grant, put, send_grant
 
@@ -31,13 +35,8 @@ CLI = [sys.executable, "-m", "sharedos_redis.worker.cli"]
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[RedisServer]:
-    if not RedisServer.available():
-        pytest.skip("no redis-server binary")
-    srv = RedisServer(persistent=False)
-    await srv.start()
-    yield srv
-    srv.cleanup()
+async def server(servers: ServerPool) -> RedisServer:
+    return await servers.redis()
 
 
 @pytest.fixture
@@ -50,9 +49,10 @@ async def client(server: RedisServer) -> AsyncIterator[Redis]:
 class Worker:
     """One ``sharedos-redis worker`` process; its log goes to a file the test reads."""
 
-    def __init__(self, url: str, ns: str, log: Path, **extra: str) -> None:
-        env = {**os.environ, "SHAREDOS_REDIS_URL": url, "SHAREDOS_NAMESPACE": ns,
-               "PYTHONPATH": str(ROOT), **extra}
+    def __init__(self, url: str | None, ns: str, log: Path, **extra: str) -> None:
+        env = {**os.environ, "SHAREDOS_NAMESPACE": ns, "PYTHONPATH": str(ROOT), **extra}
+        if url is not None:
+            env["SHAREDOS_REDIS_URL"] = url
         self.log = log
         self._out = log.open("wb")
         self.proc = subprocess.Popen([*CLI, "worker", "--app", "tests.worker.proc_app:host"],
@@ -76,11 +76,13 @@ class Worker:
 
 
 @pytest.fixture
-def workers(server: RedisServer, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+def workers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Worker]]:
+    """Start workers; on the test's private ``server`` unless SHAREDOS_REDIS_URL is given."""
     started: list[Worker] = []
 
     def start(ns: str, **extra: str) -> Worker:
-        worker = Worker(server.url, ns, tmp_path / f"worker-{len(started)}.log", **extra)
+        url = None if "SHAREDOS_REDIS_URL" in extra else request.getfixturevalue("server").url
+        worker = Worker(url, ns, tmp_path / f"worker-{len(started)}.log", **extra)
         started.append(worker)
         return worker
 
@@ -276,3 +278,102 @@ async def test_acl_user_limited_to_its_namespace_runs_it_and_reads_nothing_else(
             await limited.keys("*")
     finally:
         await limited.aclose()
+
+
+async def test_tls_with_a_private_ca_from_one_settings_object(
+        servers: ServerPool, tls_material: TlsMaterial,
+        workers: Callable[..., Worker]) -> None:
+    tls = await servers.redis(tls=tls_material)
+    env = {"SHAREDOS_REDIS_URL": tls.url, "SHAREDOS_REDIS_SSL_CA_CERTS": str(tls_material.ca)}
+    connection = RedisSettings.from_env(env)
+    assert connection.ssl_check_hostname  # on by default for rediss://
+    ns = _ns()
+    app_client = create_redis(connection)
+    try:
+        host = proc_app.build(app_client, ns, connection=connection)
+        await _grants(host)
+        worker = workers(ns, **env)
+        async with host:
+            output = await _ask(host)
+        assert output["status"] == "succeeded", worker.text()
+        assert worker.proc.poll() is None
+    finally:
+        await app_client.aclose()
+    wrong = await servers.redis(tls=tls_material, tls_cert=tls_material.wrong_host)
+    bad_env = {"SHAREDOS_REDIS_URL": wrong.url,
+               "SHAREDOS_REDIS_SSL_CA_CERTS": str(tls_material.ca)}
+    refused = create_redis(RedisSettings.from_env(bad_env))
+    try:
+        with pytest.raises(StoreUnavailable, match=r"SSL|certificate"), store_errors("ping"):
+            await refused.ping()
+    finally:
+        await refused.aclose()
+    rejected = workers(ns, **bad_env)
+    assert await rejected.wait_exit() == 2
+    errors = [line for line in rejected.text().splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "certificate" in errors[0].lower(), rejected.text()
+
+
+async def test_sentinel_failover_under_load_ends_every_request_typed_or_succeeded(
+        servers: ServerPool, workers: Callable[..., Worker]) -> None:
+    cluster: SentinelCluster = await servers.sentinel()
+    hosts = ",".join(f"{h}:{p}" for h, p in cluster.sentinels)
+    url = f"redis+sentinel://{hosts}/{cluster.master_name}/0"
+    connection = RedisSettings.from_url(url, socket_timeout_s=2, socket_connect_timeout_s=1)
+    ns = _ns()
+    app_client = create_redis(connection)
+    outcomes: list[str] = []
+    try:
+        host = proc_app.build(app_client, ns, connection=connection, request_timeout_s=8,
+                              turn_timeout_s=6, lease_s=2)
+        await _grants(host)
+        await app_client.execute_command("WAIT", 1, 2000)  # the grants reach the replica
+        worker = workers(ns, SHAREDOS_REDIS_URL=url)
+        async with host:
+            assert (await _ask(host))["status"] == "succeeded"
+
+            failed_over = anyio.Event()
+
+            async def requester() -> None:
+                after = 0
+                while after < 3:  # keep the load on until three requests after the failover
+                    after += failed_over.is_set()
+                    with anyio.fail_after(30):  # a hang fails the test
+                        outcomes.append(outcome := await _outcome(host))
+                    if outcome == "store_unavailable":
+                        await anyio.sleep(0.2)  # the load generator's own pacing
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(requester)
+                old = await cluster.kill_primary()
+                await cluster.wait_new_primary(old)
+                failed_over.set()
+            assert (await _outcome(host)) == "succeeded"  # served after the failover
+        assert worker.proc.poll() is None, worker.text()
+    finally:
+        await app_client.aclose()
+    print(f"sentinel failover outcomes: {dict(Counter(outcomes))}")  # for the issue note
+    assert len(outcomes) >= 12
+    typed = {o for o in outcomes if o != "succeeded"}
+    assert typed <= {"request_timed_out", "request_expired", "recipient_turn_failed",
+                     "message_delivery_failed", "store_unavailable", "authority_unavailable",
+                     "tool_unavailable", "message_request_not_accepted",
+                     "no_matching_grant", "request_cancelled"}, outcomes
+    assert outcomes.count("succeeded") >= 6, outcomes
+
+
+async def _outcome(host: MessagingHost) -> str:
+    """bob's turn asking alice: "succeeded" or the typed code bob's model would see."""
+    try:
+        result = await host.start_turn("bob", {}, purpose="atlas-status")
+    except StoreUnavailable:
+        return "store_unavailable"  # the root turn itself could not reach Redis
+    if result.status != "succeeded":
+        return result.error.code  # type: ignore[union-attr]
+    output = result.output
+    assert isinstance(output, dict)
+    if output["status"] == "succeeded":
+        return "succeeded"
+    error = output["error"]
+    return str((error.get("details") or {}).get("outcome") or error["code"])
