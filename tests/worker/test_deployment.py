@@ -5,11 +5,11 @@ graceful drain (finish, hand back, interrupt) and the per-turn log line."""
 from __future__ import annotations
 
 import os
-from collections import Counter
 import signal
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
