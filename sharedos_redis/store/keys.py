@@ -14,8 +14,8 @@ Key (type) — owner — lifetime:
   grace while open; PEXPIRE ``retention`` once terminal. Holds the reply or the
   failure code once settled.
 - ``sos:{ns}:outbox`` (stream, consumer group ``relay``) — transport/relay —
-  one entry ``{id}`` per accepted request; XACK + XDEL once dispatched, so it
-  only ever holds undispatched entries.
+  one entry ``{id[, tp]}`` per accepted request (``tp``: the traceparent); XACK +
+  XDEL once dispatched, so it only ever holds undispatched entries.
 - ``sos:{ns}:open`` (sorted set, score = deadline ms) — every non-terminal
   request; the reconciler expires from it, ``pending()`` lists from it.
 - ``sos:{ns}:leases`` (sorted set, score = lease expiry ms) — running turns.
@@ -75,6 +75,7 @@ MARKER_FIELDS: Final = (
     "lease",     # running: lease expiry, ms
     "reply",     # replied: the reply envelope, wire JSON
     "code",      # failed/timed_out/cancelled/dead: the reason code
+    "tp",        # W3C traceparent of the requester's span (host-owned; absent untraced)
 )
 
 

@@ -60,7 +60,8 @@ class TurnClaim:
 
     ``outcome``: ``claimed`` (run the turn), ``busy`` (another live lease), ``closed``
     (terminal), ``missing`` (no such request) or ``dead`` (max attempts reached, now
-    dead-lettered). ``request``/``requester_context`` are set only when claimed.
+    dead-lettered). ``request``/``requester_context`` are set only when claimed, and
+    ``traceparent`` when claimed and the requester was traced.
     """
 
     outcome: ClaimOutcome
@@ -68,6 +69,7 @@ class TurnClaim:
     request: MessageEnvelope | None
     requester_context: AccessContext | None
     deadline_ms: int
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,8 @@ class MarkerStore:
             attempt=attempt,
             request=MessageEnvelope.from_json(env) if claimed else None,
             requester_context=AccessContext.from_json(ctx) if claimed else None,
-            deadline_ms=int(raw[4]))
+            deadline_ms=int(raw[4]),
+            traceparent=(_text(raw[5]) or None) if claimed and len(raw) > 5 else None)
 
     async def renew_lease(self, namespace: str, message_id: str, *, lease_ms: int,
                           attempt: int) -> bool:

@@ -27,6 +27,7 @@ from ..errors import SharedOSError
 from ..faults import fault_point
 from ..kernel.contracts import format_timestamp
 from ..kernel.ids import new_id
+from ..observability import telemetry
 from ..store.boundary import STORE_ERRORS, store_unavailable
 from ..store.keys import RELAY_GROUP, Keys
 from ..store.scripts import Scripts
@@ -45,6 +46,10 @@ def _missing_group(exc: ResponseError) -> bool:
     # Real Redis says NOGROUP; fakeredis words a missing stream differently.
     text = str(exc)
     return "NOGROUP" in text or "requires the key to exist" in text
+
+
+def _field(fields: Mapping[Any, Any] | None, name: str) -> Any:
+    return (fields or {}).get(name.encode(), (fields or {}).get(name))
 
 
 def _text(value: bytes | str) -> str:
@@ -215,17 +220,21 @@ class OutboxRelay:
     async def _relay(self, keys: Keys, entries: Sequence[_Entry]) -> int:
         handled = 0
         for entry_id, fields in entries:
-            raw = (fields or {}).get(b"id", (fields or {}).get("id"))
+            raw = _field(fields, "id")
             message_id = _text(raw) if raw is not None else None
-            if message_id is not None:
-                fault_point("relay.before_wake")
-                try:
-                    await self._wake(keys.namespace, message_id)
-                except Exception:  # left pending: claim_stale retries the wake-up
-                    _log.warning("wake-up of %s failed; left pending", message_id, exc_info=True)
-                    continue
-                fault_point("relay.after_wake")
-            await self._dispatch(keys, _text(entry_id), message_id)
+            tp = _field(fields, "tp")
+            with telemetry().dispatch_span(keys.namespace, message_id, _text(entry_id),
+                                           _text(tp) if tp is not None else None):
+                if message_id is not None:
+                    fault_point("relay.before_wake")
+                    try:
+                        await self._wake(keys.namespace, message_id)
+                    except Exception:  # left pending: claim_stale retries the wake-up
+                        _log.warning("wake-up of %s failed; left pending", message_id,
+                                     exc_info=True)
+                        continue
+                    fault_point("relay.after_wake")
+                await self._dispatch(keys, _text(entry_id), message_id)
             handled += 1
         return handled
 

@@ -36,6 +36,7 @@ from ..kernel.contracts import (
     format_timestamp,
 )
 from ..kernel.reasons import ReasonCode
+from ..observability import telemetry
 from ..store.audit import RedisAuditSink, audit_fields
 from ..store.keys import Keys, address_tag
 from ..store.scripts import Scripts
@@ -157,18 +158,21 @@ class RedisStreamTransport:
         keys = Keys(context.namespace_id)
         event = audit_event(context, "message.accepted", "succeeded", at=format_timestamp(now),
                             message_id=envelope.id, receiver=envelope.receiver)
-        s = self._settings
-        result = await self._scripts.call(
-            "accept_request",
-            [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
-             keys.outbox, keys.audit],
-            [envelope.id, envelope.to_json(), context.to_json(),
-             address_tag(envelope.sender.kind, envelope.sender.id),
-             address_tag(envelope.receiver.kind, envelope.receiver.id),
-             envelope.purpose, envelope.trace_id, _now_ms(now), deadline,
-             s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
-             s.audit_maxlen, *audit_fields(event)],
-        )
+        s, hooks = self._settings, telemetry()
+        # the requester's span (not the accept span) parents the recipient's turn
+        traceparent = hooks.traceparent()
+        with hooks.accept_span(context, envelope):
+            result = await self._scripts.call(
+                "accept_request",
+                [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
+                 keys.outbox, keys.audit],
+                [envelope.id, envelope.to_json(), context.to_json(),
+                 address_tag(envelope.sender.kind, envelope.sender.id),
+                 address_tag(envelope.receiver.kind, envelope.receiver.id),
+                 envelope.purpose, envelope.trace_id, _now_ms(now), deadline,
+                 s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
+                 s.audit_maxlen, *audit_fields(event), traceparent],
+            )
         status, hops = result
         return (status.decode() if isinstance(status, bytes) else str(status)), int(hops)
 

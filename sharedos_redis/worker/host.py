@@ -42,6 +42,7 @@ from ..kernel.kernel import Kernel
 from ..kernel.ports import GrantSource
 from ..kernel.tools import ToolHandler
 from ..kernel.turn import RuntimePlugin, TurnExecutor
+from ..observability import telemetry
 from ..router.router import RedisRequestRouter
 from ..store.audit import RedisAuditSink
 from ..store.budget import TraceBudget
@@ -145,6 +146,7 @@ class MessagingHost:
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
                              transport=EffectTrackingTransport(self.transport),
                              router=self.router)
+        telemetry().instrument_kernel(self.kernel)
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str, agents: Mapping[str, AgentSpec],
@@ -261,7 +263,12 @@ class MessagingHost:
         timeout_ms = int(self.settings.turn_timeout_s * 1000)
         request = self.execution_request(agent_id, message, execution_id=message.id,
                                          timeout_ms=timeout_ms)
-        return await self.execute(agent_id, request)
+        hooks = telemetry()
+        with hooks.turn_span(self.namespace, message, attempt=1, traceparent=None,
+                             tools=request.tools) as span:
+            result = await self.execute(agent_id, request)
+            span.outcome(result.status)
+        return result
 
     def _authority(self, agent_id: str) -> Address:
         spec = self.agents.get(agent_id)

@@ -30,6 +30,7 @@ from anyio.abc import TaskStatus
 
 from ..errors import SharedOSError
 from ..faults import fault_point
+from ..observability import telemetry
 from ..store.boundary import Backoff
 from ..transport.relay import OutboxRelay
 from .host import MessagingHost
@@ -69,6 +70,7 @@ class Reconciler:
             counts["rerun"] += 1
         if self._sweep_start is not None or time.monotonic() >= self._next_stale_scan:
             counts["rewoken"] = await self._rewake_stale()
+        telemetry().reconciled(ns, counts)
         return counts
 
     async def _rewake_stale(self) -> int:

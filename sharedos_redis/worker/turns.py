@@ -30,6 +30,7 @@ from ..kernel.contracts import (
     format_timestamp,
 )
 from ..kernel.ids import new_id
+from ..observability import telemetry
 from ..store.markers import TurnClaim
 from ..transport.deadlines import deadline_scope
 from .effects import TurnEffects, tracking
@@ -118,8 +119,13 @@ class TurnRunner:
         active = self.active[message_id] = _Active(receiver.id)
         started = time.monotonic()
         outcome = "error"
+        hooks = telemetry()
         try:
-            outcome = await self._run_claimed(claim, request, active)
+            with hooks.turn_span(namespace, request, attempt=claim.attempt,
+                                 traceparent=claim.traceparent,
+                                 tools=host.tool_definitions if hooks.enabled else ()) as span:
+                outcome = await self._run_claimed(claim, request, active)
+                span.outcome(outcome)
             return outcome
         finally:
             del self.active[message_id]
@@ -142,7 +148,8 @@ class TurnRunner:
         if result is None:
             return "lease_lost"
         fault_point("turn.before_settle")
-        outcome = await self._settle(namespace, request, result)
+        with telemetry().settle_span(namespace, request):
+            outcome = await self._settle(namespace, request, result)
         fault_point("turn.after_settle")
         return outcome
 

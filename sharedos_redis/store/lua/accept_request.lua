@@ -12,6 +12,7 @@
 -- ARGV[7] trace id            ARGV[8] now ms               ARGV[9] deadline ms
 -- ARGV[10] retention ms       ARGV[11] default hops        ARGV[12] budget ttl ms
 -- ARGV[13] audit MAXLEN ~     ARGV[14], ARGV[15] the message.accepted audit field/value
+-- ARGV[16] W3C traceparent or "" (host-owned trace context; never in the envelope)
 -- returns {"accepted", hops left} | {"duplicate", -1} | {"budget_exhausted", 0}
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'duplicate', -1}
@@ -32,8 +33,13 @@ redis.call('HSET', KEYS[1],
   'env', ARGV[2], 'ctx', ARGV[3], 'state', 'accepted', 'from', ARGV[4], 'to', ARGV[5],
   'purpose', ARGV[6], 'trace', ARGV[7], 'created', ARGV[8], 'deadline', ARGV[9],
   'attempts', '0', 'updated', ARGV[8])
+if ARGV[16] and ARGV[16] ~= '' then
+  redis.call('HSET', KEYS[1], 'tp', ARGV[16])
+  redis.call('XADD', KEYS[4], '*', 'id', ARGV[1], 'tp', ARGV[16])
+else
+  redis.call('XADD', KEYS[4], '*', 'id', ARGV[1])
+end
 redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[9]) + tonumber(ARGV[10]))
 redis.call('ZADD', KEYS[3], ARGV[9], ARGV[1])
-redis.call('XADD', KEYS[4], '*', 'id', ARGV[1])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', ARGV[14], ARGV[15])
 return {'accepted', hops}

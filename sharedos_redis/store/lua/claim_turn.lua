@@ -13,7 +13,7 @@
 -- ARGV[4] worker name     ARGV[5] now ms or ""     ARGV[6] retention ms
 -- ARGV[7] settled MAXLEN ~  ARGV[8] audit MAXLEN ~  ARGV[9] dead MAXLEN ~
 -- ARGV[10] audit event id   ARGV[11] now RFC 3339
--- returns {outcome, attempt, env, ctx, deadline}; outcome is claimed | busy |
+-- returns {outcome, attempt, env, ctx, deadline, traceparent}; outcome is claimed | busy |
 --   closed (terminal) | missing | dead (dead-lettered by this call)
 local function now_ms()
   if ARGV[5] ~= '' then return tonumber(ARGV[5]) end
@@ -32,7 +32,8 @@ local function audit(ctx_json, etype, outcome, reason, metadata)
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'e', cjson.encode(event))
 end
 
-local m = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'lease', 'deadline', 'env', 'ctx')
+local m = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'lease', 'deadline', 'env', 'ctx',
+  'tp')
 local state = m[1]
 if not state then return {'missing', 0, '', '', 0} end
 local attempts = tonumber(m[2]) or 0
@@ -65,4 +66,4 @@ redis.call('HSET', KEYS[1], 'state', 'running', 'attempts', string.format('%d', 
   'lease', lease, 'updated', now_s)
 redis.call('ZADD', KEYS[2], lease, ARGV[1])
 audit(m[6], 'turn.started', 'succeeded', nil, {worker = ARGV[4], attempt = attempts})
-return {'claimed', attempts, m[5], m[6], deadline}
+return {'claimed', attempts, m[5], m[6], deadline, m[7] or ''}
