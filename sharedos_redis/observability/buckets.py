@@ -24,7 +24,9 @@ _TABLE: Final[dict[str, Bucket]] = {
     **dict.fromkeys(("no_matching_grant", "grant_exhausted", "invalid_context",
                      "invalid_request", "delegation_chain_invalid",
                      "delegation_chain_unverified", "recipient_turn_denied", "actor_mismatch",
-                     "receiver_mismatch", "message_context_mismatch", "trace_mismatch"),
+                     "receiver_mismatch", "message_context_mismatch", "trace_mismatch",
+                     # the kernel reports a tool the actor may not use as unavailable
+                     "tool_unavailable"),
                     "authorization"),
     # infrastructure fail-closed: a store the decision needs did not answer
     **dict.fromkeys(("usage_store_unavailable", "authority_unavailable", "audit_unavailable",
@@ -33,9 +35,8 @@ _TABLE: Final[dict[str, Bucket]] = {
     **dict.fromkeys(("host_policy_denied", "budget_exhausted", "payload_too_large",
                      "tool_call_limit_exceeded", "step_limit_exceeded", "duplicate_message"),
                     "policy"),
-    # route: nowhere to deliver (no recipient, no transport, the tool not offered)
-    **dict.fromkeys(("recipient_unknown", "message_transport_not_configured",
-                     "tool_unavailable"), "route"),
+    # route: nowhere to deliver (no such recipient, no transport)
+    **dict.fromkeys(("recipient_unknown", "message_transport_not_configured"), "route"),
 }
 
 

@@ -11,10 +11,11 @@ from typing import Final
 
 __all__ = [
     "ACTION", "ATTEMPT", "BUCKET", "BUDGET_EXHAUSTED", "CATALOG_HASH", "CODE", "DEAD_LETTERS",
-    "DENIALS", "MESSAGE_ID", "METRICS", "NAMESPACE", "OUTCOME", "PENDING", "PURPOSE",
+    "DENIALS", "MESSAGE_ID", "METRICS", "NAMESPACE", "OUTBOX_AGE", "OUTBOX_DEPTH", "OUTCOME",
+    "PENDING", "PURPOSE",
     "RECIPIENT", "RECONCILER_ACTIONS", "RELAY_LAG", "REQUESTS", "REQUEST_DURATION", "SENDER",
     "SPAN_ACCEPT", "SPAN_DISPATCH", "SPAN_REQUEST", "SPAN_SETTLE", "SPAN_TOOL", "SPAN_TURN",
-    "STATE", "STATUS", "TOOL", "TOOL_CALLS", "TRACE_ID", "TURN_DURATION",
+    "STATE", "STATUS", "TOOL", "TOOL_CALLS", "TRACE_ID", "TURN_DURATION", "WORKERS",
 ]
 
 SPAN_REQUEST: Final = "messages.request"   # the requester: authorization to validated reply
@@ -50,6 +51,10 @@ RELAY_LAG: Final = "sharedos.relay.lag"
 RECONCILER_ACTIONS: Final = "sharedos.reconciler.actions"
 PENDING: Final = "sharedos.pending"
 DEAD_LETTERS: Final = "sharedos.dead_letters"
+OUTBOX_DEPTH: Final = "sharedos.outbox.depth"
+OUTBOX_AGE: Final = "sharedos.outbox.age"
+WORKERS: Final = "sharedos.workers"
 
 METRICS: Final = (REQUESTS, REQUEST_DURATION, DENIALS, BUDGET_EXHAUSTED, TURN_DURATION,
-                  TOOL_CALLS, RELAY_LAG, RECONCILER_ACTIONS, PENDING, DEAD_LETTERS)
+                  TOOL_CALLS, RELAY_LAG, RECONCILER_ACTIONS, PENDING, DEAD_LETTERS,
+                  OUTBOX_DEPTH, OUTBOX_AGE, WORKERS)

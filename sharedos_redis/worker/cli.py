@@ -23,6 +23,7 @@ import click
 from click.core import ParameterSource
 from redis.asyncio import Redis
 
+from ..console.command import console
 from ..errors import ConfigurationError, SharedOSError
 from ..kernel.contracts import service
 from ..router.router import RedisRequestRouter
@@ -144,8 +145,12 @@ def _check_url(obj: _Ctx, host: MessagingHost) -> None:
 @main.command()
 @click.option("--app", "app", required=True, help="module:attribute of a MessagingHost.")
 @click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              envvar="SHAREDOS_METRICS_PORT", help="Serve Prometheus /metrics (metrics extra).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True)
 @pass_ctx
-def worker(obj: _Ctx, app: str, burst: bool) -> None:
+def worker(obj: _Ctx, app: str, burst: bool, metrics_port: int | None,
+           metrics_host: str) -> None:
     """Run a worker for the host's agents (relay and reconciler included).
 
     SIGTERM/SIGINT drains (running turns finish within the host's drain_grace_s, the
@@ -154,6 +159,8 @@ def worker(obj: _Ctx, app: str, burst: bool) -> None:
     """
     from .process import serve
 
+    if metrics_port is not None:
+        _serve_metrics(metrics_port, metrics_host)
     try:
         host = _load_host(app)
         _check_url(obj, host)
@@ -167,6 +174,17 @@ def worker(obj: _Ctx, app: str, burst: bool) -> None:
             raise
         _fail(str(store_unavailable("worker start-up", exc)), code=2)
     sys.exit(code)
+
+
+def _serve_metrics(port: int, host: str) -> None:
+    from ..observability.prometheus import serve_prometheus
+
+    try:
+        serve_prometheus(port, host)
+    except ModuleNotFoundError as exc:
+        _fail(f"{exc.name} is missing: pip install 'sharedos-redis[metrics]'", code=2)
+    except OSError as exc:
+        _fail(f"cannot serve metrics on {host}:{port}: {exc.strerror}", code=2)
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -327,5 +345,8 @@ def budget_set(obj: _Ctx, trace_id: str, hops: int) -> None:
     click.echo(f"{trace_id}: {hops}")
 
 
+main.add_command(console)
+
 if __name__ == "__main__":  # python -m sharedos_redis.worker.cli
     main()
+
