@@ -32,8 +32,17 @@ class NamespaceSnapshot(Protocol):
     def workers_seen(self) -> Sequence[str]: ...
 
 
+_sources: list[Callable[[], Iterable[NamespaceSnapshot]]] = []
+
+
+def _snapshots() -> list[NamespaceSnapshot]:
+    return [snapshot for source in _sources for snapshot in source()]
+
+
 def register_gauges(snapshot: Callable[[], Iterable[NamespaceSnapshot]]) -> None:
-    """Register the observable gauges on the ``sharedos_redis`` meter.
+    """Add ``snapshot`` to what the gauges report; the gauges themselves are registered
+    on the ``sharedos_redis`` meter once per process (OpenTelemetry keeps the first
+    instrument of a name).
 
     Raises:
         ModuleNotFoundError: ``opentelemetry-api`` is not installed.
@@ -41,13 +50,17 @@ def register_gauges(snapshot: Callable[[], Iterable[NamespaceSnapshot]]) -> None
     from opentelemetry import metrics
     from opentelemetry.metrics import CallbackOptions, Observation
 
+    _sources.append(snapshot)
+    if len(_sources) > 1:
+        return
+
     def pending(options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(count, {n.NAMESPACE: s.namespace, n.STATE: state})
-                for s in snapshot() for state, count in s.pending_by_state.items()]
+                for s in _snapshots() for state, count in s.pending_by_state.items()]
 
     def each(read: Callable[[NamespaceSnapshot], float]) -> Callable[..., Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(read(s), {n.NAMESPACE: s.namespace}) for s in snapshot()]
+            return [Observation(read(s), {n.NAMESPACE: s.namespace}) for s in _snapshots()]
         return observe
 
     meter = metrics.get_meter("sharedos_redis")

@@ -16,8 +16,9 @@ _installed = False
 
 
 def install_prometheus() -> None:
-    """Install the SDK meter provider with a Prometheus reader (once per process) and
-    turn the OpenTelemetry hooks on.
+    """Install an SDK meter provider with a Prometheus reader and turn the OpenTelemetry
+    hooks on. An application that already installed an SDK meter provider keeps it
+    (give it a ``PrometheusMetricReader`` yourself: OpenTelemetry sets one per process).
 
     Raises:
         ModuleNotFoundError: the ``metrics`` extra is not installed.
@@ -27,9 +28,9 @@ def install_prometheus() -> None:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
 
-    if not _installed:
+    if not _installed and not isinstance(metrics.get_meter_provider(), MeterProvider):
         metrics.set_meter_provider(MeterProvider(metric_readers=[PrometheusMetricReader()]))
-        _installed = True
+    _installed = True
     configure(True)
 
 

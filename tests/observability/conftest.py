@@ -1,50 +1,7 @@
-"""The OpenTelemetry SDK of the test process: one tracer and one meter provider for the
-session (OpenTelemetry allows setting each only once), cleared before every test."""
+"""The session's OpenTelemetry SDK (see ``tests/otel_sdk.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from ..otel_sdk import Sdk, sdk
 
-import pytest
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from sharedos_redis.observability import Telemetry, configure
-
-
-@dataclass
-class Sdk:
-    spans: InMemorySpanExporter
-    metrics: InMemoryMetricReader
-
-
-_SDK: Sdk | None = None
-
-
-def _sdk() -> Sdk:
-    global _SDK
-    if _SDK is None:
-        exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
-        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-        _SDK = Sdk(exporter, reader)
-    return _SDK
-
-
-@pytest.fixture
-def sdk() -> Iterator[Sdk]:
-    """The in-memory span exporter and metric reader, OpenTelemetry hooks on."""
-    found = _sdk()
-    found.spans.clear()
-    found.metrics.get_metrics_data()  # drain what earlier tests recorded (deltas are not kept)
-    hooks: Telemetry = configure(True)
-    assert hooks.enabled
-    yield found
-    found.spans.clear()
+__all__ = ["Sdk", "sdk"]
