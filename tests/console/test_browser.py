@@ -63,27 +63,27 @@ async def scenario(url: str, ns: str) -> AsyncIterator[Scenario]:
 
 
 @pytest.fixture
-async def console(url: str, ns: str, scenario: Scenario) -> AsyncIterator[str]:
+def console(url: str, ns: str) -> Iterator[str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sharedos_redis.worker.cli", "--redis-url", url, "--namespace",
          ns, "console", "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with anyio.fail_after(15):
-            async with httpx.AsyncClient() as client:
-                while True:  # wait until it serves
-                    try:
-                        if (await client.get(f"{base}/")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await anyio.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+async def _until_serving(base: str) -> None:
+    with anyio.fail_after(15):
+        async with httpx.AsyncClient() as client:
+            while True:
+                try:
+                    if (await client.get(f"{base}/")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await anyio.sleep(0.1)
 
 
 def _shoot(driver: object, name: str) -> None:
@@ -98,6 +98,7 @@ async def test_console_in_chromium(console: str, ns: str, scenario: Scenario,
                                    browser: object) -> None:
     from selenium.webdriver.common.by import By
 
+    await _until_serving(console)
     driver = browser
     get, find = driver.get, driver.find_elements  # type: ignore[attr-defined]
     get(f"{console}/pending?ns={ns}&refresh=0")

@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 from sharedos_redis.console import ConsoleSettings, create_app
 from sharedos_redis.console.inert import inert
 
-from ..worker.helpers import drop_namespace
 from ..otel_sdk import Sdk
+from ..worker.helpers import drop_namespace
 from .scenario import HOSTILE, TRACE, Scenario, populate
 
 pytestmark = pytest.mark.anyio

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from redis.asyncio import Redis
 
@@ -44,16 +46,7 @@ async def client(url: str, ns: str) -> AsyncIterator[Redis]:
     await redis.aclose()
 
 
-@pytest.fixture
-def spans_file(tmp_path: Path, url: str, ns: str) -> Iterator[Path]:
-    path = tmp_path / "worker-spans.jsonl"
-    env = dict(os.environ, SHAREDOS_REDIS_URL=url, SHAREDOS_NAMESPACE=ns,
-               TEST_SPANS_FILE=str(path), PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "sharedos_redis.worker.cli", "worker", "--app",
-         "tests.observability.otel_app:host"], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
-    yield path
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:
@@ -62,6 +55,34 @@ def spans_file(tmp_path: Path, url: str, ns: str) -> Iterator[Path]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _workers(url: str, ns: str, spans: Path, count: int, *args: str,
+             ) -> list[subprocess.Popen[bytes]]:
+    env = dict(os.environ, SHAREDOS_REDIS_URL=url, SHAREDOS_NAMESPACE=ns,
+               TEST_SPANS_FILE=str(spans), PYTHONPATH=str(ROOT))
+    return [subprocess.Popen(
+        [sys.executable, "-m", "sharedos_redis.worker.cli", "worker", "--app",
+         "tests.observability.otel_app:host", *args], cwd=ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+
+
+@pytest.fixture
+def spans_file(tmp_path: Path, url: str, ns: str) -> Iterator[Path]:
+    path = tmp_path / "worker-spans.jsonl"
+    procs = _workers(url, ns, path, 2)
+    yield path
+    _stop(procs)
+
+
+@pytest.fixture
+def metrics_url(tmp_path: Path, url: str, ns: str) -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    procs = _workers(url, ns, tmp_path / "spans.jsonl", 1, "--metrics-port", str(port))
+    yield f"http://127.0.0.1:{port}/metrics"
+    _stop(procs)
 
 
 async def _worker_spans(path: Path, want: int) -> list[dict[str, Any]]:
@@ -160,3 +181,34 @@ async def test_traceparent_lives_in_the_record_not_the_envelope(
     assert tp.decode().startswith(f"00-{request['trace_id']}-{request['span_id']}-")
     assert "traceparent" not in env.decode() and request["span_id"] not in env.decode()
     MessageEnvelope.from_json(env)  # still the strict SharedOS envelope
+
+
+def _sample(text: str, metric: str, *labels: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.partition("{")[0] == metric and all(lb in line for lb in labels))
+
+
+async def test_worker_serves_prometheus_metrics(client: Redis, ns: str, sdk: Sdk,
+                                                metrics_url: str) -> None:
+    host = otel_app.build(client, ns)
+    await put(host, invoke_grant(ns, "bob"), invoke_grant(ns, "alice"), invoke_grant(ns, "carol"),
+              send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"),
+              grant(ns, "carol", "files", ("carol",), "read"))
+    async with host:
+        with anyio.fail_after(30):
+            result = await host.start_turn("bob", {}, purpose="atlas-status")
+    assert result.output["status"] == "succeeded"  # type: ignore[index]
+    mine = f'sharedos_namespace="{ns}"'
+    with anyio.fail_after(15):
+        async with httpx.AsyncClient() as http:
+            while True:  # alice's turn span ends just after bob has his reply
+                text = (await http.get(metrics_url)).text
+                if _sample(text, "sharedos_turn_duration_seconds_count", mine) >= 2:
+                    break
+                await anyio.sleep(0.05)
+    # alice's and carol's turns ran in the worker; alice's request to carol too
+    assert _sample(text, "sharedos_turn_duration_seconds_count", mine,
+                   'sharedos_code="replied"') == 2
+    assert _sample(text, "sharedos_requests_total", mine, 'sharedos_code="replied"') == 1
+    assert _sample(text, "sharedos_relay_lag_seconds_count", mine) >= 1
+    assert _sample(text, "sharedos_tool_calls_total", mine, 'sharedos_tool="files.carol"') == 1
