@@ -9,6 +9,7 @@ exit, errors and Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -20,6 +21,8 @@ from typing import Any
 
 import anyio
 from redis.asyncio import Redis
+
+from sharedos_redis.observability import configure
 
 from .bare_arq import arq_round_trip
 from .cost import command_cost
@@ -76,7 +79,7 @@ class _Run:
 
     async def bench(self, key: str, rt: RoundTrip, admin: Redis | None) -> None:
         s = self.sizes
-        fake = key == "fake"
+        fake = key.startswith("fake")
         result = await measure(key, rt, warmup=s.warmup,
                                n=s.fake_sequential if fake else s.sequential,
                                total=s.fake_concurrent if fake else s.concurrent)
@@ -100,8 +103,18 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
         async with run.phase("full path"), full_path(
                 url, f"bench-{run.id}", run.payload) as (_, rt):
             await run.bench("full", rt, admin)
+        if _sdk_installed():  # right after "off", so both see the same machine
+            async with run.phase("full path, OpenTelemetry on"), full_path(
+                    url, f"bench-{run.id}-otel", run.payload, otel=True) as (_, rt):
+                await run.bench("full_otel", rt, None)
+            configure(False)  # the rows after this one measure the no-op hooks again
         async with run.phase("fakeredis"), fake_path(f"bench-{run.id}", run.payload) as rt:
             await run.bench("fake", rt, None)
+        if _sdk_installed():
+            async with run.phase("fakeredis, OpenTelemetry on"), fake_path(
+                    f"bench-{run.id}-otel", run.payload, otel=True) as rt:
+                await run.bench("fake_otel", rt, None)
+            configure(False)
         async with run.phase("waiters"):
             waited = await waiters(url, f"bench-{run.id}-w", sizes.waiters)
     finally:
@@ -113,6 +126,13 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
     report["ratios"] = ratios(run.measurements)
     report["targets"] = targets(report)
     return report
+
+
+def _sdk_installed() -> bool:
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        print("OpenTelemetry SDK not installed: no tracing-on row", flush=True)
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

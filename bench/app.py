@@ -79,7 +79,12 @@ def named_client(url: str, name: str, *, max_connections: int | None = None) -> 
 
 
 def host() -> MessagingHost:
-    """The worker process's host, from SHAREDOS_REDIS_URL and SHAREDOS_NAMESPACE."""
+    """The worker process's host, from SHAREDOS_REDIS_URL and SHAREDOS_NAMESPACE
+    (BENCH_OTEL=1: with the OpenTelemetry SDK on, see ``bench.otel``)."""
+    if os.environ.get("BENCH_OTEL") == "1":
+        from .otel import install_sdk
+
+        install_sdk()
     url = os.environ["SHAREDOS_REDIS_URL"]
     return build(create_redis(RedisSettings(url=url)), os.environ["SHAREDOS_NAMESPACE"], url=url)
 

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from sharedos_redis.kernel.contracts import JsonValue, ToolCall, format_timestamp
 from sharedos_redis.kernel.ids import new_id
 from sharedos_redis.kernel.messaging import MESSAGES_REQUEST
+from sharedos_redis.observability import configure
 from sharedos_redis.store.keys import Keys
 from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
@@ -89,16 +90,27 @@ async def prepare(host: MessagingHost, namespace: str) -> str:
 
 
 @asynccontextmanager
-async def full_path(url: str, namespace: str, payload: JsonValue
+async def full_path(url: str, namespace: str, payload: JsonValue, *, otel: bool = False
                     ) -> AsyncIterator[tuple[MessagingHost, RoundTrip]]:
-    """Start the worker process; yield the app-side host and its round trip."""
+    """Start the worker process; yield the app-side host and its round trip.
+
+    ``otel``: tracing and metrics on in both processes (``bench.otel``); otherwise off
+    in both (the no-op hooks, as without the ``otel`` extra).
+    """
+    if otel:
+        from .otel import install_sdk
+
+        install_sdk()
+    else:
+        configure(False)
     redis = named_client(url, f"bench-app-{namespace}")
     host = build(redis, namespace, url=url)
-    env = {"SHAREDOS_REDIS_URL": url, "SHAREDOS_NAMESPACE": namespace}
+    env = {"SHAREDOS_REDIS_URL": url, "SHAREDOS_NAMESPACE": namespace,
+           **({"BENCH_OTEL": "1"} if otel else {"OTEL_SDK_DISABLED": "true"})}
     cli = ["-m", "sharedos_redis.worker.cli", "worker", "--app", "bench.app:host"]
     try:
         trace_id = await prepare(host, namespace)
-        with running(cli, env, "sharedos-worker"):
+        with running(cli, env, "sharedos-worker-otel" if otel else "sharedos-worker"):
             async with host:
                 round_trip = request_round_trip(host, trace_id, payload)
                 started = time.perf_counter()
@@ -113,8 +125,16 @@ async def full_path(url: str, namespace: str, payload: JsonValue
 
 
 @asynccontextmanager
-async def fake_path(namespace: str, payload: JsonValue) -> AsyncIterator[RoundTrip]:
-    """The same round trip on an embedded fakeredis with a :class:`LocalWorker`."""
+async def fake_path(namespace: str, payload: JsonValue, *, otel: bool = False
+                    ) -> AsyncIterator[RoundTrip]:
+    """The same round trip on an embedded fakeredis with a :class:`LocalWorker`
+    (``otel``: with the OpenTelemetry SDK on, one process for requester and recipient)."""
+    if otel:
+        from .otel import install_sdk
+
+        install_sdk()
+    else:
+        configure(False)
     redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     host = build(redis, namespace)
     try:

@@ -14,6 +14,16 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
     if ours and floor:
         out["p50_ours_over_floor"] = round(ours["p50_ms"] / floor["p50_ms"], 2)
         out["rt_per_s_ours_over_floor"] = round(ours["rt_per_s"] / floor["rt_per_s"], 3)
+    otel = rows.get("full_otel")
+    if ours and otel:  # tracing and metrics on over off, same run
+        out["p50_otel_on_over_off"] = round(otel["p50_ms"] / ours["p50_ms"], 2)
+        out["p99_otel_on_over_off"] = round(otel["p99_ms"] / ours["p99_ms"], 2)
+        out["rt_per_s_otel_on_over_off"] = round(otel["rt_per_s"] / ours["rt_per_s"], 3)
+    fake, fake_otel = rows.get("fake"), rows.get("fake_otel")
+    if fake and fake_otel:  # the same in one process on fakeredis: CPU cost only
+        out["p50_fake_otel_on_over_off"] = round(fake_otel["p50_ms"] / fake["p50_ms"], 2)
+        out["rt_per_s_fake_otel_on_over_off"] = round(
+            fake_otel["rt_per_s"] / fake["rt_per_s"], 3)
     if ours and arq:
         out["p50_ours_over_arq"] = round(ours["p50_ms"] / arq["p50_ms"], 2)
         out["p99_ours_over_arq"] = round(ours["p99_ms"] / arq["p99_ms"], 2)
@@ -51,7 +61,9 @@ def _row(label: str, m: dict[str, Any]) -> str:
 
 _LABELS = {"floor": "floor: streams request/reply", "arq": "bare arq (worker process)",
            "full": "sharedos-redis (worker process)",
-           "fake": "sharedos-redis (fakeredis, local)"}
+           "fake": "sharedos-redis (fakeredis, local)",
+           "full_otel": "sharedos-redis, OpenTelemetry on",
+           "fake_otel": "fakeredis, local, OpenTelemetry on"}
 
 
 def _waiters(w: dict[str, Any]) -> list[str]:

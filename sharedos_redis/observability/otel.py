@@ -41,11 +41,28 @@ def _address(address: Any) -> str:
     return f"{address.kind}:{address.id}"
 
 
+_CATALOGS: dict[tuple[int, ...], tuple[tuple[ToolDefinition, ...], str]] = {}
+
+
 def catalog_hash(tools: Iterable[ToolDefinition]) -> str:
-    """``sha256:<hex>`` of the turn's tool catalogue (canonical JSON, sorted by name)."""
-    wire = sorted((tool.to_wire() for tool in tools), key=lambda item: str(item["name"]))
+    """``sha256:<hex>`` of the turn's tool catalogue (canonical JSON, sorted by name).
+
+    Cached by the definitions' identity (frozen models; the cache keeps them alive,
+    so an id is never reused while it is a key): a host offers the same objects
+    every turn.
+    """
+    catalog = tuple(tools)
+    key = tuple(map(id, catalog))
+    cached = _CATALOGS.get(key)
+    if cached is not None:
+        return cached[1]
+    wire = sorted((tool.to_wire() for tool in catalog), key=lambda item: str(item["name"]))
     text = json.dumps(wire, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    digest = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if len(_CATALOGS) >= 256:
+        _CATALOGS.clear()
+    _CATALOGS[key] = (catalog, digest)
+    return digest
 
 
 def outcome_code(result: ToolResult) -> str:
