@@ -42,12 +42,12 @@ def console(ctx: click.Context, host: str, port: int, token: str | None, refresh
     try:
         import uvicorn
 
-        from ..store.client import RedisSettings, create_redis
+        from ..store.client import create_redis
         from .app import ConsoleSettings, create_app
     except ModuleNotFoundError as exc:
         raise click.ClickException(
             f"{exc.name} is missing: pip install 'sharedos-redis[console]'") from None
-    redis = create_redis(RedisSettings(url=ctx.obj.url))
+    redis = create_redis(ctx.obj.connection())  # SHAREDOS_REDIS_* and --redis-url
     try:
         app = create_app(redis, ConsoleSettings(namespaces, token=token, refresh_s=refresh,
                                                 metrics=metrics))
