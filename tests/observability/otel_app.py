@@ -43,7 +43,7 @@ def build(redis: Redis, ns: str, *, url: str | None = None) -> MessagingHost:
     scripts = {"bob": ask("alice", {"question": SECRET_QUESTION}),
                "alice": ask("carol", {"question": SECRET_QUESTION}), "carol": _carol}
     host = make_host(redis, ns, scripts, request_timeout_s=20, turn_timeout_s=15)
-    host.redis_url = url
+    host.connection = RedisSettings.from_url(url) if url else None
     host.register_tool(tool("files.carol", "files", ("carol",)), read_file_handler)
     host.register_tool(tool("files.boom", "files", ("carol",)), _boom)
     return host
