@@ -7,23 +7,29 @@ like ``sharedos-redis show``: admin paths, never hot ones.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from ..errors import StoreUnavailable
+from ..errors import SharedOSError, StoreUnavailable
 from ..kernel.contracts import AuditEvent
 from ..router.inspection import PendingRequest, list_pending
 from ..store.audit import RedisAuditSink
+from ..store.client import RedisSettings, create_redis
 from ..store.keys import RELAY_GROUP, STATES, Keys, decode_id
 from ..store.markers import MarkerStore
 from .tree import TreeNode, accepted_requests, build_tree, layout
 
-__all__ = ["Health", "TraceTree", "dead_letters", "health", "pending", "request_view",
-           "trace_tree"]
+__all__ = ["Health", "HealthPoller", "TraceTree", "dead_letters", "health", "pending",
+           "request_view", "trace_tree"]
 
 _RECORD = ("state", "code", "created", "updated", "from", "to", "purpose", "trace", "deadline",
            "attempts")
@@ -176,3 +182,32 @@ async def _workers(redis: Redis, k: Keys) -> list[str]:
         if int(info.get("idle", _WORKER_SEEN_MS)) < _WORKER_SEEN_MS:
             seen.append(_text(info.get("name")) or "?")
     return sorted(seen)
+
+
+class HealthPoller:
+    """:func:`health` of ``namespaces`` read synchronously, for gauges collected in a
+    thread (the worker's Prometheus server): each read opens a client in its own event
+    loop; a snapshot younger than ``max_age_s`` is reused by the next gauge."""
+
+    def __init__(self, connection: RedisSettings, namespaces: Sequence[str], *,
+                 max_age_s: float = 1.0) -> None:
+        self._connection, self._namespaces = connection, tuple(namespaces)
+        self._max_age_s, self._lock = max_age_s, threading.Lock()
+        self._at, self._last = -float("inf"), list[Health]()
+
+    def __call__(self) -> list[Health]:
+        """The snapshots (the last good ones when Redis fails: a scrape never raises)."""
+        with self._lock:
+            if time.monotonic() - self._at >= self._max_age_s:
+                # stale gauges beat a failed scrape; the next scrape retries
+                with contextlib.suppress(SharedOSError):
+                    self._last = anyio.run(self._read)
+                self._at = time.monotonic()
+            return self._last
+
+    async def _read(self) -> list[Health]:
+        redis = create_redis(self._connection)
+        try:
+            return [await health(redis, ns) for ns in self._namespaces]
+        finally:
+            await redis.aclose()

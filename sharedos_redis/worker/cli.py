@@ -164,6 +164,8 @@ def worker(obj: _Ctx, app: str, burst: bool, metrics_port: int | None,
     try:
         host = _load_host(app)
         _check_url(obj, host)
+        if metrics_port is not None:
+            _redis_gauges(host)
         code = asyncio.run(serve(host, burst=burst))
     except SharedOSError as exc:
         if obj.verbose:
@@ -185,6 +187,15 @@ def _serve_metrics(port: int, host: str) -> None:
         _fail(f"{exc.name} is missing: pip install 'sharedos-redis[metrics]'", code=2)
     except OSError as exc:
         _fail(f"cannot serve metrics on {host}:{port}: {exc.strerror}", code=2)
+
+
+def _redis_gauges(host: MessagingHost) -> None:
+    """Pending by state, dead letters, outbox depth and age on the worker's /metrics."""
+    from ..console.data import HealthPoller
+    from ..observability.gauges import register_gauges
+
+    if host.connection is not None:
+        register_gauges(HealthPoller(host.connection, [host.namespace]))
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -212,3 +212,9 @@ async def test_worker_serves_prometheus_metrics(client: Redis, ns: str, sdk: Sdk
     assert _sample(text, "sharedos_requests_total", mine, 'sharedos_code="replied"') == 1
     assert _sample(text, "sharedos_relay_lag_seconds_count", mine) >= 1
     assert _sample(text, "sharedos_tool_calls_total", mine, 'sharedos_tool="files.carol"') == 1
+    # gauges read from Redis at scrape time: this worker's relay, nothing left open
+    assert _sample(text, "sharedos_workers", mine) == 1
+    pending = [line for line in text.splitlines()
+               if line.startswith("sharedos_pending{") and mine in line]
+    assert len(pending) == 3 and _sample(text, "sharedos_pending", mine) == 0
+    assert _sample(text, "sharedos_dead_letters", mine) == 0
