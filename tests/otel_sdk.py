@@ -54,3 +54,6 @@ def sdk() -> Iterator[Sdk]:
     assert hooks.enabled
     yield found
     found.spans.clear()
+    # the providers stay for the session: later tests run the no-op hooks, so their
+    # spans do not pile up in the in-memory exporter
+    configure(False)

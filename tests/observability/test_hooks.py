@@ -30,7 +30,6 @@ pytestmark = pytest.mark.anyio
 async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
     yield
     await drop_namespace(redis, ns)
-    configure(None)
 
 
 def _points(sdk: Sdk, name: str, ns: str) -> list[Any]:
