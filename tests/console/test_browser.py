@@ -46,7 +46,7 @@ def browser() -> Iterator[object]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,720", "--hide-scrollbars"):
+                "--window-size=1100,680", "--hide-scrollbars"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
     driver.set_page_load_timeout(20)
@@ -122,9 +122,9 @@ async def test_console_in_chromium(console: str, ns: str, scenario: Scenario,
 
     get(f"{console}/trace?ns={ns}&id={TRACE}")
     nodes = find(By.CSS_SELECTOR, "[data-testid=tree-node]")
-    assert len(nodes) == 3
+    assert len(nodes) == 4
     assert [n.find_element(By.TAG_NAME, "text").text.split()[0] for n in nodes] == [
-        "agent:bob", "agent:alice", "agent:carol"]
+        "agent:bob", "agent:alice", "agent:carol", "agent:dave"]
     tree = driver.find_element(By.CSS_SELECTOR, "[data-testid=tree]")  # type: ignore[attr-defined]
     assert tree.size["width"] > 200 and tree.size["height"] > 100  # drawn, not just listed
     _shoot(driver, "console.png")

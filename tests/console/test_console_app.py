@@ -41,8 +41,8 @@ async def test_pages_show_the_namespace(redis: Redis, ns: str, scenario: Scenari
         request = await client.get("/request", params={"ns": ns, "id": scenario.open_ids[0]})
         assert request.status_code == 200 and "message.accepted" in request.text
         tree = await client.get("/trace", params={"ns": ns, "id": TRACE})
-        assert tree.text.count('data-testid="tree-node"') == 3  # bob, alice, carol
-        assert "agent:carol" in tree.text and "replied" in tree.text
+        assert tree.text.count('data-testid="tree-node"') == 4  # bob, alice, carol, dave
+        assert "agent:dave" in tree.text and "replied" in tree.text
         dead = await client.get("/dead", params={"ns": ns})
         assert scenario.dead_id in dead.text and "request_dead_lettered" in dead.text
         home = await client.get("/")
@@ -110,4 +110,4 @@ async def test_metrics_endpoint_serves_the_gauges(sdk: Sdk, redis: Redis, ns: st
     assert _sample(text, "sharedos_dead_letters", mine) == 1
     assert _sample(text, "sharedos_outbox_depth", mine) == 3
     replied = _sample(text, "sharedos_requests_total", mine, 'sharedos_code="replied"')
-    assert replied == 2  # bob's and alice's requests in the scenario
+    assert replied == 3  # bob's and alice's two requests in the scenario
