@@ -25,6 +25,7 @@ def test_bench_quick_runs_and_reports_every_row(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     for row in ("floor: streams request/reply", "bare arq (worker process)",
-                "sharedos-redis (worker process)", "sharedos-redis (fakeredis, local)"):
+                "sharedos-redis (worker process)", "sharedos-redis (fakeredis, local)",
+                "sharedos-redis, OpenTelemetry on", "fakeredis, local, OpenTelemetry on"):
         assert row in done.stdout
     assert out.exists()

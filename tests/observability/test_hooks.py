@@ -136,3 +136,37 @@ def test_every_reason_code_has_one_bucket() -> None:
     assert bucket_of("escalated") == "escalation"
     assert bucket_of("replied") == bucket_of(None) == "none"
     assert bucket_of("<script>") == "failure"  # an unknown code is never a denial bucket
+
+
+async def test_a_model_cannot_choose_the_trace_context(redis: Redis, ns: str, sdk: Sdk,
+                                                       cleanup: None) -> None:
+    forged = "00-" + "f" * 32 + "-" + "e" * 16 + "-01"
+    host = make_host(redis, ns, {
+        "bob": ask("alice", {"traceparent": forged, "tp": forged}),  # in the payload
+        "mallory": _extra_argument(forged),                           # beside it
+        "alice": answer({"status": "green"})})
+    await put(host, send_grant(ns, "bob", "alice"), send_grant(ns, "mallory", "alice"),
+              invoke_grant(ns, "bob"), invoke_grant(ns, "mallory"), invoke_grant(ns, "alice"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(10):
+            replied = await host.start_turn("bob", {}, purpose="atlas-status")
+            refused = await host.start_turn("mallory", {}, purpose="atlas-status")
+    assert replied.output["status"] == "succeeded"  # type: ignore[index]
+    assert refused.output["error"]["code"] == "invalid_tool_arguments"  # type: ignore[index]
+    spans = sdk.spans.get_finished_spans()
+    [request] = [s for s in spans if s.name == n.SPAN_REQUEST
+                 and (s.attributes or {}).get(n.SENDER) == "agent:bob"]
+    [alice] = [s for s in spans if s.name == n.SPAN_TURN
+               and (s.attributes or {}).get(n.RECIPIENT) == "agent:alice"]
+    assert alice.parent is not None and alice.parent.span_id == request.context.span_id
+    assert alice.context.trace_id == request.context.trace_id != int("f" * 32, 16)
+    assert all(s.context.trace_id != int("f" * 32, 16) for s in spans)
+
+
+def _extra_argument(forged: str) -> Any:
+    async def script(turn: Any, host: Any) -> Any:
+        result = await host.call("messages.request", {
+            "recipient": {"kind": "agent", "agentId": "alice"}, "payload": {},
+            "traceparent": forged})
+        return result.to_wire()
+    return script
