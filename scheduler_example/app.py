@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from redis.asyncio import Redis
 
@@ -28,6 +28,7 @@ from sharedos_redis.kernel.contracts import (
     format_timestamp,
     human,
 )
+from sharedos_redis.kernel.requirements import path_argument
 from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
@@ -43,17 +44,19 @@ OWNER = human("olivia")
 """The human who owns every agent here and issues their grants."""
 
 FILES_READ = ToolDefinition(
-    name="files.read", description="Read a file of the Atlas project.", namespace="files",
+    name="files.read", description="Read a file of the Atlas project (path relative to it).",
+    namespace="files",
     source="native", read_write="read",
     input_schema={"type": "object", "properties": {"path": {"type": "string"}},
                   "required": ["path"], "additionalProperties": False},
-    required_capability=CapabilityRequirement(
+    required_capability=CapabilityRequirement(  # the ceiling: each call names one file below
         resource=ResourceRef(namespace="files", path=("projects", "atlas")), action="read"),
 )
+"""Each call is authorized for ``read`` on ``files/projects/atlas/<path>`` exactly."""
 
 
 async def read_atlas_file(context: AccessContext, call: ToolCall) -> JsonValue:
-    """The ``files.read`` handler; it runs only after the kernel authorized the call."""
+    """The ``files.read`` handler; it runs only after the kernel authorized this exact file."""
     name = str(call.arguments.get("path", ""))
     if name != "atlas.md":
         return {"error": "no such file"}
@@ -87,7 +90,7 @@ def build_host(redis: Redis, *, transcript: Transcript | None = None,
     agents = _agents(transcript or Transcript(), model)
     built = MessagingHost(redis, namespace=namespace, agents=agents, settings=settings,
                           connection=connection)
-    built.register_tool(FILES_READ, read_atlas_file)
+    built.register_tool(FILES_READ, read_atlas_file, resolve=path_argument("path"))
     return built
 
 
@@ -107,10 +110,12 @@ def host() -> MessagingHost:
 
 
 def _grant(grant_id: str, namespace: str, subject: str, resource: ResourceRef,
-           actions: tuple[str, ...], issued: datetime, **constraints: Any) -> CapabilityGrant:
+           actions: tuple[str, ...], issued: datetime,
+           scope: Literal["exact", "descendants"] = "exact",
+           **constraints: Any) -> CapabilityGrant:
     return CapabilityGrant(
         id=grant_id, namespace_id=namespace, subject=agent(subject), issuer=OWNER,
-        capabilities=(Capability(resource=resource, actions=actions, scope="exact"),),
+        capabilities=(Capability(resource=resource, actions=actions, scope=scope),),
         constraints=CapabilityConstraints(**constraints), issued_at=format_timestamp(issued))
 
 
@@ -137,7 +142,7 @@ async def issue_grants(built: MessagingHost, *, run_id: str, carol_uses: int = 2
                purposes=("atlas-status",), expires_at=expires),
         _grant(f"{run_id}-alice-reads-atlas", ns, "alice",
                ResourceRef(namespace="files", path=("projects", "atlas")), ("read",), now,
-               purposes=("atlas-status",), expires_at=expires),
+               scope="descendants", purposes=("atlas-status",), expires_at=expires),
         _grant(f"{run_id}-alice-asks-carol", ns, "alice", _send("carol"), ("send",), now,
                expires_at=expires, max_uses=carol_uses),
         _grant(f"{run_id}-ping-asks-pong", ns, "ping", _send("pong"), ("send",), now,

@@ -19,6 +19,14 @@ Choices where the SPEC leaves room (documented deviations):
   then cannot be written the decision is ``audit_unavailable`` and the effect
   must not happen; the spent use is **not** refunded (fail closed: a lost use
   is safe, a refund would race with other consumers).
+* **Two instants** (ADR 0016): ``context.now`` is when the turn's authority was
+  resolved; the authorizer's clock gives the operation instant. Expiry is
+  decided at the later of the two (a grant expiring mid-turn is refused from the
+  next call); ``issuedAt``, ``notBefore`` and ``revokedAt`` at admission.
+* **Live revocation** (ADR 0027, optional :class:`GrantRevocationSource`): read
+  once per qualifying candidate, after matching and before use accounting; a
+  revoked candidate is skipped, a failed or malformed read fails the decision
+  closed (``authority_unavailable``). The reads go to ``metadata.revocationChecks``.
 * **Unauditable decisions.** A context so malformed that no valid audit record
   can be attributed to it (e.g. an empty purpose) is denied ``invalid_context``
   without a record; an *allowed* decision is never returned unaudited.
@@ -26,48 +34,32 @@ Choices where the SPEC leaves room (documented deviations):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from .audit import audit_event
+from ._decision import CHECK, CONSUME, REACH, VISIBLE, Mode, Outcome, Walk, decision_event
 from .contracts import (
     AccessContext,
-    AuditEvent,
-    AuditOutcome,
     AuthorizationDecision,
     CapabilityGrant,
     CapabilityRequirement,
     format_timestamp,
+    timestamp_ms,
 )
 from .matching import (
     capability_reaches,
     checked_context,
     checked_grants,
     checked_requirement,
-    covering_capability,
     grant_active,
     purpose_allowed,
 )
-from .ports import AuditSink, GrantSource, GrantUsageStore
-from .reasons import AuthorizationReason
+from .ports import AuditSink, GrantRevocationSource, GrantSource, GrantUsageStore, RevocationCheck
 
 __all__ = ["CapabilityAuthorizer"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    reason: AuthorizationReason
-    grant_id: str | None = None
-    consumed: bool = False
-    fail_closed: bool | None = None
-    cause: str | None = None
-
-    @property
-    def allowed(self) -> bool:
-        return self.reason == "allowed"
 
 
 _SNAPSHOT: ContextVar[dict[tuple[str, Any, Any], Any] | None] = ContextVar(
@@ -82,14 +74,21 @@ class CapabilityAuthorizer:
         usage: the atomic use counters for ``maxUses`` grants; ``None`` makes every
             matching ``maxUses`` grant fail closed (``usage_store_unavailable``).
         audit: where every decision is recorded as ``authorization.checked``.
+        clock: the operation instant (expiry is decided at the later of it and
+            ``context.now``); None decides everything at ``context.now``.
+        revocations: live revocation (ADR 0027); None keeps revocation snapshot-bound.
     """
 
     def __init__(
-        self, grants: GrantSource, usage: GrantUsageStore | None, audit: AuditSink
+        self, grants: GrantSource, usage: GrantUsageStore | None, audit: AuditSink, *,
+        clock: Callable[[], datetime] | None = None,
+        revocations: GrantRevocationSource | None = None,
     ) -> None:
         self._grants = grants
         self._usage = usage
         self._audit = audit
+        self._clock = clock
+        self._revocations = revocations
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -119,7 +118,7 @@ class CapabilityAuthorizer:
         Returns:
             The audited decision; ``audit_unavailable`` when the record could not be written.
         """
-        return await self._decide(context, requirement, consume=False, operation_id=operation_id)
+        return await self._decide(context, requirement, CHECK, operation_id)
 
     async def consume(
         self,
@@ -135,7 +134,27 @@ class CapabilityAuthorizer:
             spent); ``audit_unavailable`` when the record could not be written, in
             which case the caller must not perform the effect.
         """
-        return await self._decide(context, requirement, consume=True, operation_id=operation_id)
+        return await self._decide(context, requirement, CONSUME, operation_id)
+
+    async def reach(
+        self,
+        context: AccessContext,
+        ceiling: CapabilityRequirement,
+        *,
+        operation_id: str | None = None,
+        count_uses: bool = True,
+    ) -> AuthorizationDecision:
+        """Decide whether *some* request inside ``ceiling`` could be allowed (never spends).
+
+        Discovery of a tool that resolves its exact requirement per call. With
+        ``count_uses=False`` an exhausted ``maxUses`` grant still reaches (the call
+        then learns ``grant_exhausted`` from the exact decision).
+
+        Returns:
+            The audited decision; ``audit_unavailable`` when the record could not be written.
+        """
+        mode = REACH if count_uses else VISIBLE
+        return await self._decide(context, ceiling, mode, operation_id)
 
     async def can_reach(self, context: AccessContext, namespace: str, action: str) -> bool:
         """True when some eligible, non-exhausted grant allows ``action`` in ``namespace``.
@@ -149,13 +168,20 @@ class CapabilityAuthorizer:
             return False
         context, now_ms = checked
         grants = await self._load(context)
-        if isinstance(grants, _Outcome):
+        if isinstance(grants, Outcome):
             return False
+        walk, operation_ms = Walk(), self._operation_ms()
         for grant in grants:
-            if grant.parent_grant_id is not None or not self._eligible(grant, context, now_ms):
+            if grant.parent_grant_id is not None or not self._eligible(
+                    grant, context, now_ms, operation_ms):
                 continue
             if not any(capability_reaches(capability, namespace, action, context.owner)
                        for capability in grant.capabilities):
+                continue
+            revoked = await self._revoked(context, grant, walk)
+            if revoked is not False:
+                if isinstance(revoked, Outcome):
+                    return False  # an outage is never an empty reachable surface
                 continue
             max_uses = grant.constraints.max_uses
             if max_uses is None or await self._spend(context, grant, max_uses, False) is True:
@@ -166,22 +192,21 @@ class CapabilityAuthorizer:
         self,
         context: AccessContext,
         requirement: CapabilityRequirement,
-        *,
-        consume: bool,
+        mode: Mode,
         operation_id: str | None,
     ) -> AuthorizationDecision:
         checked = checked_context(context)
         request: CapabilityRequirement | None = None
         if checked is None:
-            outcome = _Outcome("invalid_context")
+            outcome = Outcome("invalid_context")
         else:
             context, now_ms = checked
             request = checked_requirement(requirement, context)
             if request is None:
-                outcome = _Outcome("invalid_request")
+                outcome = Outcome("invalid_request")
             else:
-                outcome = await self._evaluate(context, request, now_ms, consume)
-        event = _decision_event(context, request, outcome, consume, operation_id)
+                outcome = await self._evaluate(context, request, now_ms, mode)
+        event = decision_event(context, request, outcome, mode.name, operation_id)
         if event is None and outcome.allowed:
             return AuthorizationDecision(allowed=False, reason_code="audit_unavailable")
         if event is not None:
@@ -200,36 +225,68 @@ class CapabilityAuthorizer:
         context: AccessContext,
         requirement: CapabilityRequirement,
         now_ms: int,
-        consume: bool,
-    ) -> _Outcome:
+        mode: Mode,
+    ) -> Outcome:
         grants = await self._load(context)
-        if isinstance(grants, _Outcome):
+        if isinstance(grants, Outcome):
             return grants
-        exhausted = unverified = False
+        walk, operation_ms = Walk(), self._operation_ms()
         for grant in grants:
-            if not self._eligible(grant, context, now_ms):
+            if not self._eligible(grant, context, now_ms, operation_ms):
                 continue
-            if covering_capability(grant, requirement, context) is None:
+            if mode.match(grant, requirement, context) is None:
                 continue
             if grant.parent_grant_id is not None:
-                unverified = True
+                walk.unverified = True
                 continue
-            max_uses = grant.constraints.max_uses
-            if max_uses is None:
-                return _Outcome("allowed", grant.id)
-            spent = await self._spend(context, grant, max_uses, consume)
-            if isinstance(spent, _Outcome):
-                return spent
-            if spent:
-                return _Outcome("allowed", grant.id, consumed=consume)
-            exhausted = True
-        if exhausted:
-            return _Outcome("grant_exhausted")
-        if unverified:
-            return _Outcome("delegation_chain_unverified", cause="delegation_not_supported")
-        return _Outcome("no_matching_grant")
+            decided = await self._candidate(context, grant, walk, mode)
+            if decided is not None:
+                return decided
+        if walk.exhausted:
+            return walk.end("grant_exhausted")
+        if walk.unverified:
+            return walk.end("delegation_chain_unverified", cause="delegation_not_supported")
+        return walk.end("no_matching_grant")
 
-    async def _load(self, context: AccessContext) -> Sequence[CapabilityGrant] | _Outcome:
+    async def _candidate(self, context: AccessContext, grant: CapabilityGrant, walk: Walk,
+                         mode: Mode) -> Outcome | None:
+        """A matching grant: the revocation gate, then use accounting; None walks on."""
+        revoked = await self._revoked(context, grant, walk)
+        if isinstance(revoked, Outcome):
+            return revoked
+        if revoked:
+            return None
+        max_uses = grant.constraints.max_uses
+        if max_uses is None or not mode.uses:
+            return walk.end("allowed", grant.id)
+        spent = await self._spend(context, grant, max_uses, mode.spend)
+        if isinstance(spent, Outcome):
+            return spent
+        if spent:
+            return walk.end("allowed", grant.id, consumed=mode.spend)
+        walk.exhausted = True
+        return None
+
+    async def _revoked(self, context: AccessContext, grant: CapabilityGrant,
+                       walk: Walk) -> bool | Outcome:
+        """The live revocation gate for one candidate; an Outcome when the read failed."""
+        if self._revocations is None:
+            return False
+        checked = [grant.id]
+        try:
+            answer = await self._revocations.check(context.namespace_id, tuple(checked))
+            if not isinstance(answer, RevocationCheck) or not isinstance(answer.revision, str):
+                raise TypeError("malformed revocation check")
+            revoked = sorted(set(answer.revoked) & set(checked))
+        except Exception:  # any failure or malformed answer fails the decision closed
+            walk.checks.append({"checked": checked, "status": "unavailable"})
+            return walk.end("authority_unavailable", fail_closed=True,
+                            cause="revocation_source_failed")
+        walk.checks.append({"checked": checked, "status": "checked",
+                            "revision": answer.revision, "revoked": revoked})
+        return bool(revoked)
+
+    async def _load(self, context: AccessContext) -> Sequence[CapabilityGrant] | Outcome:
         cache = _SNAPSHOT.get()
         if cache is None:
             return await self._fetch(context)
@@ -239,28 +296,33 @@ class CapabilityAuthorizer:
             found = cache[key] = await self._fetch(context)
         return found
 
-    async def _fetch(self, context: AccessContext) -> Sequence[CapabilityGrant] | _Outcome:
+    async def _fetch(self, context: AccessContext) -> Sequence[CapabilityGrant] | Outcome:
         try:
             answer = await self._grants.grants_for(
                 context.namespace_id, context.actor, context.authority
             )
         except Exception:  # any source failure refuses the whole set (fail closed)
-            return _Outcome("authority_unavailable", fail_closed=True, cause="grant_source_failed")
+            return Outcome("authority_unavailable", fail_closed=True, cause="grant_source_failed")
         grants = checked_grants(answer, context)
         if isinstance(grants, str):
-            return _Outcome("authority_unavailable", fail_closed=True, cause=grants)
+            return Outcome("authority_unavailable", fail_closed=True, cause=grants)
         return grants
 
+    def _operation_ms(self) -> int | None:
+        return timestamp_ms(format_timestamp(self._clock())) if self._clock else None
+
     @staticmethod
-    def _eligible(grant: CapabilityGrant, context: AccessContext, now_ms: int) -> bool:
-        return grant_active(grant, now_ms) and purpose_allowed(grant, context.purpose)
+    def _eligible(grant: CapabilityGrant, context: AccessContext, now_ms: int,
+                  operation_ms: int | None) -> bool:
+        return (grant_active(grant, now_ms, operation_ms)
+                and purpose_allowed(grant, context.purpose))
 
     async def _spend(
         self, context: AccessContext, grant: CapabilityGrant, max_uses: int, consume: bool
-    ) -> bool | _Outcome:
-        """Spend (or, for discovery, look for) one use; an _Outcome when the store fails."""
+    ) -> bool | Outcome:
+        """Spend (or, for discovery, look for) one use; an Outcome when the store fails."""
         if self._usage is None:
-            return _Outcome("usage_store_unavailable", grant.id, fail_closed=True,
+            return Outcome("usage_store_unavailable", grant.id, fail_closed=True,
                             cause="usage_store_missing")
         try:
             if consume:
@@ -268,36 +330,5 @@ class CapabilityAuthorizer:
             used = await self._usage.used(context.namespace_id, grant.id)
             return isinstance(used, int) and used < max_uses
         except Exception:  # any store failure fails closed
-            return _Outcome("usage_store_unavailable", grant.id, fail_closed=True,
+            return Outcome("usage_store_unavailable", grant.id, fail_closed=True,
                             cause="usage_store_failed")
-
-
-def _decision_event(
-    context: AccessContext,
-    requirement: CapabilityRequirement | None,
-    outcome: _Outcome,
-    consume: bool,
-    operation_id: str | None,
-) -> AuditEvent | None:
-    """The ``authorization.checked`` record, or None when the context cannot be attributed."""
-    fields: dict[str, Any] = {
-        "reason": outcome.reason,
-        "grant_id": outcome.grant_id,
-        "consumed": outcome.consumed,
-        "fail_closed": outcome.fail_closed,
-        "cause": outcome.cause,
-        "operation_id": operation_id,
-        "metadata": {"mode": "consume" if consume else "check"},
-    }
-    if requirement is not None:
-        fields.update(resource=requirement.resource, action=requirement.action)
-    outcome_name: AuditOutcome = "allowed" if outcome.allowed else "denied"
-    try:
-        return audit_event(context, "authorization.checked", outcome_name, **fields)
-    except Exception:  # a malformed (model_construct'd) context may fail anywhere
-        pass
-    try:  # the context's ``now`` may be what is malformed: stamp with the wall clock
-        return audit_event(context, "authorization.checked", outcome_name,
-                           at=format_timestamp(), **fields)
-    except Exception:  # nothing valid can be attributed to this context
-        return None

@@ -5,8 +5,12 @@ namespace is enabled in the context, and its capability is allowed for the
 context's actor; discovery checks without consuming, invocation consumes
 exactly once. Invocation repeats the discovery check first, so a tool the actor
 cannot see is ``tool_unavailable`` exactly like an unregistered one (the real
-reason goes to the audit ``cause`` only). Every decision and outcome is
-audited. Imports no I/O library.
+reason goes to the audit ``cause`` only). A tool registered with a resolver
+derives each call's exact requirement from its arguments inside its declared
+ceiling: it is visible when some call could be allowed, and a call the
+authorizer refuses is ``denied`` with the authorizer's own code. Inside a turn a
+call minted before admission or after the operation instant is
+``stale_request``. Every decision and outcome is audited. Imports no I/O library.
 """
 
 from __future__ import annotations
@@ -23,14 +27,14 @@ from .contracts import (
     AccessContext,
     AgentAddress,
     AuthorizationDecision,
-    JsonValue,
+    CapabilityRequirement,
     MessageDeliveryResult,
     MessageEnvelope,
     ToolCall,
     ToolDefinition,
     ToolResult,
     format_timestamp,
-    parse_wire,
+    timestamp_ms,
 )
 from .ids import new_id
 from .messaging import (
@@ -39,15 +43,24 @@ from .messaging import (
     MessageService,
     invoke_requirement,
 )
-from .ports import AuditSink, GrantSource, GrantUsageStore, MessageRequestRouter, MessageTransport
+from .ports import (
+    AuditSink,
+    GrantRevocationSource,
+    GrantSource,
+    GrantUsageStore,
+    MessageRequestRouter,
+    MessageTransport,
+)
+from .requirements import RequirementResolver, resolve_call_requirement
 from .tools import (
+    RegisteredTool,
     ToolHandler,
     ToolOutcome,
     ToolRegistry,
+    checked_tool_result,
     record_outcome,
     tool_denied,
     tool_failed,
-    tool_succeeded,
 )
 
 __all__ = ["Kernel", "utc_now"]
@@ -89,7 +102,10 @@ class Kernel:
         transport: the delivery path for messages (needed by send and messages.request).
         router: resolves replies (``messages.request`` is offered only with both).
         message_ids: the trusted message id factory (never a tool-call id).
-        clock: the host clock for timestamps the kernel writes.
+        clock: the host clock for timestamps the kernel writes; also the operation
+            instant at which grant expiry is decided.
+        revocations: live revocation (SharedOS ADR 0027); without it a turn keeps
+            the grants it was admitted with and a revocation reaches the next turn.
 
     Attributes:
         authorizer: the :class:`CapabilityAuthorizer` every decision goes through.
@@ -102,8 +118,10 @@ class Kernel:
                  transport: MessageTransport | None = None,
                  router: MessageRequestRouter | None = None,
                  message_ids: Callable[[], str] = new_id,
-                 clock: Callable[[], datetime] = utc_now) -> None:
-        self.authorizer = CapabilityAuthorizer(grants, usage, audit)
+                 clock: Callable[[], datetime] = utc_now,
+                 revocations: GrantRevocationSource | None = None) -> None:
+        self.authorizer = CapabilityAuthorizer(grants, usage, audit, clock=clock,
+                                               revocations=revocations)
         self.audit = audit
         self.clock = clock
         self._tools = ToolRegistry(reserved=frozenset({MESSAGES_REQUEST}))
@@ -114,13 +132,21 @@ class Kernel:
     def _now(self) -> str:
         return format_timestamp(self.clock())
 
-    def register_tool(self, definition: ToolDefinition, handler: ToolHandler) -> None:
+    def register_tool(self, definition: ToolDefinition, handler: ToolHandler, *,
+                      resolve: RequirementResolver | None = None) -> None:
         """Register a host tool.
+
+        Args:
+            definition: the catalogue entry; its ``requiredCapability`` is the fixed
+                requirement of every call or, with ``resolve``, the ceiling.
+            handler: runs an authorized call.
+            resolve: derives each call's exact requirement from its arguments
+                (e.g. :func:`~sharedos_redis.kernel.requirements.path_argument`).
 
         Raises:
             ConfigurationError: the name is taken or is the reserved ``messages.request``.
         """
-        self._tools.register(definition, handler)
+        self._tools.register(definition, handler, resolve)
 
     @_one_grant_set
     async def list_tools(self, context: AccessContext) -> list[ToolDefinition]:
@@ -132,12 +158,11 @@ class Kernel:
         """
         enabled = set(context.enabled_tool_namespaces)
         tools: list[ToolDefinition] = []
-        for definition in self._tools.definitions():
-            if definition.namespace not in enabled:
+        for entry in self._tools.entries():
+            if entry.definition.namespace not in enabled:
                 continue
-            decision = await self.authorizer.check(context, definition.required_capability)
-            if decision.allowed:
-                tools.append(definition)
+            if (await self._visible(context, entry, None, count_uses=True)).allowed:
+                tools.append(entry.definition)
         if await self._messaging.request_unavailable(context) is None:
             tools.append(MESSAGES_REQUEST_TOOL)
         await record_outcome(self.audit, audit_event(
@@ -146,9 +171,15 @@ class Kernel:
         return tools
 
     @_one_grant_set
-    async def invoke_tool(self, context: AccessContext,
-                          call: ToolCall | Mapping[str, Any]) -> ToolResult:
+    async def invoke_tool(self, context: AccessContext, call: ToolCall | Mapping[str, Any], *,
+                          within_turn: bool = False) -> ToolResult:
         """Invoke one tool call in ``context``; refusals and failures are results.
+
+        Args:
+            context: the trusted context (inside a turn, ``now`` is its admission).
+            call: the call.
+            within_turn: the call comes from a running turn: its ``requestedAt``
+                must lie between the turn's admission and now (else ``stale_request``).
 
         Raises:
             ContractError: ``call`` is a mapping that is not a valid ToolCall.
@@ -157,6 +188,8 @@ class Kernel:
             call = ToolCall.from_wire(call)
         if call.trace_id != context.trace_id:
             outcome = ToolOutcome(tool_denied(call, self._now(), "trace_mismatch"))
+        elif within_turn and self._stale(context, call):
+            outcome = ToolOutcome(tool_denied(call, self._now(), "stale_request"))
         elif call.tool == MESSAGES_REQUEST:
             outcome = await self._messaging.request(context, call)
         else:
@@ -164,36 +197,63 @@ class Kernel:
         await self._audit_invoked(context, call, outcome)
         return outcome.result
 
+    def _stale(self, context: AccessContext, call: ToolCall) -> bool:
+        """Outside [admission, operation instant] (SharedOS ADR 0020, turn-scoped)."""
+        requested = timestamp_ms(call.requested_at)
+        return not timestamp_ms(context.now) <= requested <= timestamp_ms(self._now())
+
+    async def _visible(self, context: AccessContext, entry: RegisteredTool,
+                       operation_id: str | None, *, count_uses: bool) -> AuthorizationDecision:
+        """Discovery of one tool: its fixed requirement, or some call inside its ceiling."""
+        requirement = entry.definition.required_capability
+        if entry.resolve is None:
+            return await self.authorizer.check(context, requirement, operation_id=operation_id)
+        return await self.authorizer.reach(context, requirement, operation_id=operation_id,
+                                           count_uses=count_uses)
+
     async def _invoke_registered(self, context: AccessContext, call: ToolCall) -> ToolOutcome:
         entry = self._tools.get(call.tool)
         if entry is None:
             return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"),
                                cause="not_registered")
-        definition, handler = entry
-        if definition.namespace not in context.enabled_tool_namespaces:
+        if entry.definition.namespace not in context.enabled_tool_namespaces:
             return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"),
                                cause="namespace_disabled")
-        requirement = definition.required_capability
-        visible = await self.authorizer.check(context, requirement, operation_id=call.id)
+        # A resolving tool stays visible while a grant reaches its ceiling, even an
+        # exhausted one, so the exact decision can say grant_exhausted.
+        visible = await self._visible(context, entry, call.id, count_uses=False)
         if not visible.allowed:  # hidden like an unregistered tool, unless infrastructure failed
             code = visible.reason_code
             if code in _INFRASTRUCTURE:
                 return ToolOutcome(tool_denied(call, self._now(), code))
             return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"), cause=code)
+        requirement = self._requirement(context, call, entry)
+        if isinstance(requirement, str):
+            return ToolOutcome(tool_failed(call, self._now(), requirement))
         decision = await self.authorizer.consume(context, requirement, operation_id=call.id)
         if not decision.allowed:
             return ToolOutcome(tool_denied(call, self._now(), decision.reason_code))
+        return await self._run_handler(context, call, entry)
+
+    @staticmethod
+    def _requirement(context: AccessContext, call: ToolCall,
+                     entry: RegisteredTool) -> CapabilityRequirement | str:
+        ceiling = entry.definition.required_capability
+        if entry.resolve is None:
+            return ceiling
+        return resolve_call_requirement(entry.resolve, context, call, ceiling)
+
+    async def _run_handler(self, context: AccessContext, call: ToolCall,
+                           entry: RegisteredTool) -> ToolOutcome:
         try:
-            output: object = await handler(context, call)
+            output: object = await entry.handler(context, call)
         except Exception as exc:  # the text never reaches the caller; cancellation propagates
             return ToolOutcome(tool_failed(call, self._now(), "tool_failed"),
                                cause=type(exc).__name__)
-        try:
-            checked: JsonValue = parse_wire(JsonValue, output)
-        except ContractError:
-            return ToolOutcome(tool_failed(call, self._now(), "tool_failed"),
-                               cause="invalid_tool_output")
-        return ToolOutcome(tool_succeeded(call, self._now(), checked))
+        result = checked_tool_result(call, self._now(), output)
+        if result is None:
+            return ToolOutcome(tool_failed(call, self._now(), "invalid_tool_result"))
+        return ToolOutcome(result)
 
     async def _audit_invoked(self, context: AccessContext, call: ToolCall,
                              outcome: ToolOutcome) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "action_listed",
     "capability_covers",
     "capability_reaches",
+    "ceiling_reached",
     "checked_context",
     "checked_grants",
     "checked_requirement",
@@ -39,6 +40,7 @@ __all__ = [
     "owner_matches",
     "path_covered",
     "purpose_allowed",
+    "within_ceiling",
 ]
 
 MAX_GRANTS: Final = 256
@@ -126,11 +128,17 @@ def _ms(value: str) -> int | None:
         return None
 
 
-def grant_active(grant: CapabilityGrant, now_ms: int) -> bool:
-    """True when ``issuedAt <= now``, ``notBefore <= now``, ``now < expiresAt``, not revoked.
+def grant_active(grant: CapabilityGrant, now_ms: int, operation_ms: int | None = None) -> bool:
+    """True when ``issuedAt <= now``, ``notBefore <= now``, not revoked at ``now`` and
+    ``operation < expiresAt``.
 
-    Comparisons are at millisecond precision; expiry or revocation at exactly
-    ``now`` is inactive; an unparseable declared timestamp makes the grant inactive.
+    Two instants (SharedOS ADR 0016): ``now_ms`` is when the turn's authority was
+    resolved (admission); ``operation_ms`` the instant of this decision. Only expiry
+    moves with the operation, at the later of the two, because the operation's clock
+    may only take authority away; ``issuedAt``, ``notBefore`` and revocation stay at
+    admission. Comparisons are at millisecond precision; expiry or revocation at
+    exactly the instant is inactive; an unparseable declared timestamp makes the
+    grant inactive.
     """
     issued = _ms(grant.issued_at)
     if issued is None or issued > now_ms:
@@ -140,11 +148,12 @@ def grant_active(grant: CapabilityGrant, now_ms: int) -> bool:
         not_before = _ms(limits.not_before)
         if not_before is None or now_ms < not_before:
             return False
-    for ending in (limits.expires_at, grant.revoked_at):
+    expiry_ms = now_ms if operation_ms is None else max(now_ms, operation_ms)
+    for ending, instant in ((limits.expires_at, expiry_ms), (grant.revoked_at, now_ms)):
         if ending is None:
             continue
         end_ms = _ms(ending)
-        if end_ms is None or now_ms >= end_ms:
+        if end_ms is None or instant >= end_ms:
             return False
     return True
 
@@ -210,3 +219,41 @@ def capability_reaches(capability: Capability, namespace: str, action: str, owne
         and action_listed(capability.actions, action)
         and owner_matches(capability.resource.owner, None, owner)
     )
+
+
+def within_ceiling(requirement: CapabilityRequirement, ceiling: CapabilityRequirement,
+                   owner: Address) -> bool:
+    """True when a per-call requirement stays inside a tool's declared ceiling.
+
+    Same resource namespace and action, same owner (missing meaning ``owner``) and
+    a path at or below the ceiling's path (whole segments).
+    """
+    granted, requested = ceiling.resource, requirement.resource
+    return (
+        granted.namespace == requested.namespace
+        and ceiling.action == requirement.action
+        and owner_matches(granted.owner, requested.owner, owner)
+        and path_covered(granted.path, requested.path, "descendants")
+    )
+
+
+def ceiling_reached(
+    grant: CapabilityGrant, ceiling: CapabilityRequirement, context: AccessContext
+) -> Capability | None:
+    """The first capability of ``grant`` that covers *some* request inside ``ceiling``.
+
+    Discovery of a tool that resolves its requirement per call: the tool is shown
+    when some call could be allowed, i.e. a capability with the ceiling's namespace,
+    action and owner whose path covers the ceiling's path or lies below it.
+    """
+    granted = ceiling.resource
+    for capability in grant.capabilities:
+        held = capability.resource
+        if not (held.namespace == granted.namespace
+                and action_listed(capability.actions, ceiling.action)
+                and owner_matches(held.owner, granted.owner, context.owner)):
+            continue
+        if path_covered(held.path, granted.path, capability.scope) or path_covered(
+                granted.path, held.path, "descendants"):
+            return capability
+    return None

@@ -8,6 +8,7 @@ that a retry could not reconcile.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .contracts import (
@@ -22,10 +23,12 @@ from .contracts import (
 __all__ = [
     "AuditSink",
     "DeferringAuditSink",
+    "GrantRevocationSource",
     "GrantSource",
     "GrantUsageStore",
     "MessageRequestRouter",
     "MessageTransport",
+    "RevocationCheck",
 ]
 
 
@@ -36,6 +39,33 @@ class GrantSource(Protocol):
         self, namespace_id: str, actor: Address, authority: Address, /
     ) -> Sequence[CapabilityGrant]:
         """Return the grants; raise anything to make the kernel fail closed."""
+        ...
+
+
+@dataclass(frozen=True)
+class RevocationCheck:
+    """One consistent read of revocation state (SharedOS ADR 0027).
+
+    Attributes:
+        revision: an opaque, namespace-scoped name of the state that was read.
+        revoked: the subset of the checked grant ids that are revoked.
+    """
+
+    revision: str
+    revoked: frozenset[str]
+
+
+class GrantRevocationSource(Protocol):
+    """Live revocation: makes a revocation reach the next decision of a running turn.
+
+    Without it, a turn keeps the grant set it was admitted with (revocation is
+    seen by the next turn). The host must answer with every revocation committed
+    before the read began, in one consistent read over all ``grant_ids``, retain
+    revocations and never reuse a grant id in a namespace.
+    """
+
+    async def check(self, namespace_id: str, grant_ids: Sequence[str], /) -> RevocationCheck:
+        """Which of ``grant_ids`` are revoked; raise anything to fail the decision closed."""
         ...
 
 

@@ -256,7 +256,7 @@ class TurnHost:
             elif call.tool not in self._offered:
                 refusal = ("tool_unavailable", "not_offered")
         if refusal is None:
-            return await self._kernel.invoke_tool(self._context, call)
+            return await self._kernel.invoke_tool(self._context, call, within_turn=True)
         code, cause = refusal
         result = tool_denied(call, format_timestamp(self._kernel.clock()), code)
         await record_outcome(self._kernel.audit, audit_event(

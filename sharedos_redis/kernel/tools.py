@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ContractError
 from .contracts import (
     AccessContext,
     Address,
@@ -25,14 +25,18 @@ from .contracts import (
     ToolFailed,
     ToolResult,
     ToolSucceeded,
+    parse_wire,
 )
 from .ports import AuditSink, DeferringAuditSink
+from .requirements import RequirementResolver
 
 __all__ = [
     "ERROR_MESSAGES",
+    "RegisteredTool",
     "ToolHandler",
     "ToolOutcome",
     "ToolRegistry",
+    "checked_tool_result",
     "protocol_error",
     "record_outcome",
     "tool_denied",
@@ -42,17 +46,26 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-ToolHandler = Callable[[AccessContext, ToolCall], Awaitable[JsonValue]]
+ToolHandler = Callable[[AccessContext, ToolCall], Awaitable[Any]]
 """A host tool: receives the trusted context and the call, returns JSON output.
 
-Raising makes the call ``failed`` with ``tool_failed``; the exception text never
-reaches the caller.
+It may instead return its own ``ToolSucceeded``/``ToolFailed`` for this call. A
+result for another call or tool, a ``ToolDenied`` (only the kernel denies) or a
+non-JSON output is ``failed`` with ``invalid_tool_result``. Raising makes the call
+``failed`` with ``tool_failed``; the exception text never reaches the caller.
 """
 
 ERROR_MESSAGES: dict[str, str] = {
     "trace_mismatch": "the tool call's traceId does not match the turn",
     "tool_unavailable": "the tool is not available",
     "invalid_tool_arguments": "the tool arguments do not satisfy the tool's schema",
+    "invalid_tool_requirement": "the tool resolved a requirement outside its declared ceiling",
+    "tool_requirement_resolution_failed": "the tool could not resolve its requirement",
+    "invalid_tool_result": "the tool returned a malformed or mismatched result",
+    "stale_request": "the tool call was not minted inside this turn",
+    "no_matching_grant": "no grant allows this operation",
+    "grant_exhausted": "the grant that allows this operation has no uses left",
+    "invalid_request": "the operation's requirement is not valid in this context",
     "tool_failed": "the tool failed",
     "message_context_mismatch": "the message does not match the acting context",
     "message_transport_not_configured": "no message transport is configured",
@@ -128,10 +141,11 @@ class ToolRegistry:
 
     def __init__(self, reserved: frozenset[str] = frozenset()) -> None:
         self._reserved = reserved
-        self._tools: dict[str, tuple[ToolDefinition, ToolHandler]] = {}
+        self._tools: dict[str, RegisteredTool] = {}
 
-    def register(self, definition: ToolDefinition, handler: ToolHandler) -> None:
-        """Add a tool.
+    def register(self, definition: ToolDefinition, handler: ToolHandler,
+                 resolve: RequirementResolver | None = None) -> None:
+        """Add a tool (with ``resolve``, its definition's requirement is a ceiling).
 
         Raises:
             ConfigurationError: the name is reserved or already registered.
@@ -140,21 +154,63 @@ class ToolRegistry:
             raise ConfigurationError(f"tool name {definition.name!r} is reserved")
         if definition.name in self._tools:
             raise ConfigurationError(f"tool {definition.name!r} is already registered")
-        self._tools[definition.name] = (definition, handler)
+        self._tools[definition.name] = RegisteredTool(definition, handler, resolve)
 
-    def get(self, name: str) -> tuple[ToolDefinition, ToolHandler] | None:
-        """The definition and handler registered under ``name``, if any."""
+    def get(self, name: str) -> RegisteredTool | None:
+        """The tool registered under ``name``, if any."""
         return self._tools.get(name)
+
+    def entries(self) -> list[RegisteredTool]:
+        """Every registered tool, in registration order."""
+        return list(self._tools.values())
 
     def definitions(self) -> list[ToolDefinition]:
         """Every registered definition, in registration order."""
-        return [definition for definition, _ in self._tools.values()]
+        return [entry.definition for entry in self._tools.values()]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
     def __len__(self) -> int:
         return len(self._tools)
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """One registered host tool.
+
+    Attributes:
+        definition: what the catalogue shows; its ``requiredCapability`` is the
+            fixed requirement, or the ceiling when ``resolve`` is set.
+        handler: runs the call after the kernel authorized it.
+        resolve: derives each call's exact requirement from its arguments.
+    """
+
+    definition: ToolDefinition
+    handler: ToolHandler
+    resolve: RequirementResolver | None = None
+
+
+def checked_tool_result(call: ToolCall, at: str, output: object) -> ToolResult | None:
+    """What a handler returned, as this call's result; None when it is invalid.
+
+    JSON output becomes ``succeeded``; a ``ToolSucceeded``/``ToolFailed`` for this
+    very call and tool is kept (re-validated). Anything else (non-JSON, another
+    call's result, a ``ToolDenied``) is None: ``invalid_tool_result``.
+    """
+    if isinstance(output, ToolSucceeded | ToolFailed):
+        if output.call_id != call.id or output.tool != call.tool:
+            return None
+        try:
+            return type(output).from_wire(output.to_wire())
+        except Exception:  # a model_construct'd result may fail anywhere
+            return None
+    if isinstance(output, ToolDenied):
+        return None
+    try:
+        return tool_succeeded(call, at, parse_wire(JsonValue, output))
+    except ContractError:
+        return None
 
 
 @dataclass(frozen=True)

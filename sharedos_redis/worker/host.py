@@ -40,6 +40,7 @@ from ..kernel.contracts import (
 from ..kernel.ids import new_id
 from ..kernel.kernel import Kernel
 from ..kernel.ports import GrantSource
+from ..kernel.requirements import RequirementResolver
 from ..kernel.tools import ToolHandler
 from ..kernel.turn import RuntimePlugin, TurnExecutor
 from ..observability import telemetry
@@ -172,14 +173,19 @@ class MessagingHost:
         return cls(create_redis(connection), namespace=namespace, agents=agents,
                    connection=connection, **kwargs)
 
-    def register_tool(self, definition: ToolDefinition, handler: ToolHandler) -> None:
+    def register_tool(self, definition: ToolDefinition, handler: ToolHandler, *,
+                      resolve: RequirementResolver | None = None) -> None:
         """Register a tool for every agent; each call is still authorized per actor.
+
+        With ``resolve`` each call's exact requirement derives from its arguments,
+        inside the definition's ``requiredCapability`` (the ceiling); see
+        :meth:`Kernel.register_tool`.
 
         Raises:
             ConfigurationError: the name is taken or reserved.
         """
         handler = tracked_handler(definition, handler)
-        self.kernel.register_tool(definition, handler)
+        self.kernel.register_tool(definition, handler, resolve=resolve)
         self._tools.append(_Tool(definition, handler))
 
     @property

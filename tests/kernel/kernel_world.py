@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,7 @@ from sharedos_redis.kernel.memory import (
     InMemoryGrantSource,
     InMemoryGrantUsageStore,
 )
+from sharedos_redis.kernel.ports import GrantRevocationSource
 from sharedos_redis.kernel.testing import InMemoryRouter, InMemoryTransport
 
 NS = "acme"
@@ -40,12 +41,12 @@ ALICE, BOB, CAROL, MALLORY = agent("alice"), agent("bob"), agent("carol"), agent
 
 
 def context(actor: Address, *, namespaces: Sequence[str] = ("messages", "files"),
-            purpose: str = PURPOSE, trace: str = TRACE) -> AccessContext:
-    """A trusted context for ``actor`` in namespace acme."""
+            purpose: str = PURPOSE, trace: str = TRACE, now: str = NOW) -> AccessContext:
+    """A trusted context for ``actor`` in namespace acme (``now``: its admission instant)."""
     return AccessContext.from_wire({
         "namespaceId": NS, "actor": actor.to_wire(), "authority": AUTHORITY.to_wire(),
         "owner": OWNER.to_wire(), "purpose": purpose, "traceId": trace,
-        "enabledToolNamespaces": list(namespaces), "now": NOW})
+        "enabledToolNamespaces": list(namespaces), "now": now})
 
 
 def grant(grant_id: str, subject: Address, namespace: str, path: Sequence[str],
@@ -87,10 +88,10 @@ def file_tool(name: str = "files.read", path: Sequence[str] = ("reports",),
 
 
 def tool_call(tool: str, arguments: dict[str, Any], *, call_id: str = "call-1",
-              trace: str = TRACE) -> ToolCall:
+              trace: str = TRACE, requested_at: str = NOW) -> ToolCall:
     """A runtime-authored tool call."""
     return ToolCall.from_wire({"id": call_id, "tool": tool, "arguments": arguments,
-                               "traceId": trace, "requestedAt": NOW})
+                               "traceId": trace, "requestedAt": requested_at})
 
 
 @dataclass
@@ -125,7 +126,8 @@ class World:
 
 def make_world(*grants: CapabilityGrant, transport: InMemoryTransport | None = None,
                router: InMemoryRouter | None = None, with_transport: bool = True,
-               with_router: bool = True) -> World:
+               with_router: bool = True, clock: Callable[[], datetime] = lambda: T0,
+               revocations: GrantRevocationSource | None = None) -> World:
     """A world holding ``grants``; transport and router configured unless told otherwise."""
     source = InMemoryGrantSource(grants)
     usage, audit = InMemoryGrantUsageStore(), InMemoryAuditSink()
@@ -139,5 +141,5 @@ def make_world(*grants: CapabilityGrant, transport: InMemoryTransport | None = N
         return issued[-1]
 
     kernel = Kernel(grants=source, audit=audit, usage=usage, transport=transport, router=router,
-                    message_ids=message_ids, clock=lambda: T0)
+                    message_ids=message_ids, clock=clock, revocations=revocations)
     return World(source, usage, audit, transport, router, kernel, issued)

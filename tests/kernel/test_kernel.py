@@ -149,11 +149,11 @@ async def test_handler_failure_is_failed_without_its_text() -> None:
     assert all("s3cr3t" not in e.to_json() for e in world.audit.events)
 
 
-async def test_handler_returning_non_json_fails() -> None:
+async def test_handler_returning_non_json_is_an_invalid_tool_result() -> None:
     world = make_world(READ)
     world.register_files(output={"bad": {1, 2}})  # a set is not JSON
     result = await world.kernel.invoke_tool(context(ALICE), tool_call("files.read", {}))
-    assert result.status == "failed" and result.error.code == "tool_failed"
+    assert result.status == "failed" and result.error.code == "invalid_tool_result"
 
 
 async def test_invoke_parses_a_raw_call_strictly() -> None:
