@@ -63,6 +63,7 @@ VISIBLE: Final = Mode("visible", ceiling_reached, uses=False)
 class Walk:
     """What one grant walk has seen so far."""
 
+    at_ms: int = 0
     exhausted: bool = False
     unverified: bool = False
     checks: list[JsonValue] = field(default_factory=list)

@@ -170,7 +170,8 @@ class CapabilityAuthorizer:
         grants = await self._load(context)
         if isinstance(grants, Outcome):
             return False
-        walk, operation_ms = Walk(), self._operation_ms()
+        operation_ms = self._operation_ms()
+        walk = Walk(at_ms=max(now_ms, operation_ms or now_ms))
         for grant in grants:
             if grant.parent_grant_id is not None or not self._eligible(
                     grant, context, now_ms, operation_ms):
@@ -230,7 +231,8 @@ class CapabilityAuthorizer:
         grants = await self._load(context)
         if isinstance(grants, Outcome):
             return grants
-        walk, operation_ms = Walk(), self._operation_ms()
+        operation_ms = self._operation_ms()
+        walk = Walk(at_ms=max(now_ms, operation_ms or now_ms))
         for grant in grants:
             if not self._eligible(grant, context, now_ms, operation_ms):
                 continue
@@ -274,7 +276,8 @@ class CapabilityAuthorizer:
             return False
         checked = [grant.id]
         try:
-            answer = await self._revocations.check(context.namespace_id, tuple(checked))
+            answer = await self._revocations.check(context.namespace_id, tuple(checked),
+                                                   walk.at_ms)
             if not isinstance(answer, RevocationCheck) or not isinstance(answer.revision, str):
                 raise TypeError("malformed revocation check")
             revoked = sorted(set(answer.revoked) & set(checked))

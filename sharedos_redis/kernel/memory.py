@@ -21,6 +21,7 @@ from .contracts import (
     format_timestamp,
     timestamp_ms,
 )
+from .ports import RevocationCheck
 
 __all__ = ["InMemoryAuditSink", "InMemoryGrantSource", "InMemoryGrantUsageStore"]
 
@@ -35,6 +36,7 @@ class InMemoryGrantSource:
 
     def __init__(self, grants: Sequence[CapabilityGrant] = ()) -> None:
         self._grants: dict[str, dict[str, CapabilityGrant]] = {}
+        self._revision = 0
         self.fail = False
         for grant in grants:
             self.put(grant)
@@ -56,7 +58,25 @@ class InMemoryGrantSource:
         if grant.revoked_at is None or timestamp_ms(stamp) < timestamp_ms(grant.revoked_at):
             # Re-parse so the stored grant is validated like any other.
             self.put(CapabilityGrant.from_wire({**grant.to_wire(), "revokedAt": stamp}))
+            self._revision += 1
         return True
+
+    async def check(self, namespace_id: str, grant_ids: Sequence[str],
+                    at_ms: int) -> RevocationCheck:
+        """The live revocation port: which of ``grant_ids`` are revoked at ``at_ms``.
+
+        Raises:
+            StoreUnavailable: when :attr:`fail` is set.
+        """
+        await anyio.lowlevel.checkpoint()
+        if self.fail:
+            raise StoreUnavailable("grants.check", "unavailable (test switch)")
+        stored = self._grants.get(namespace_id, {})
+        revoked = frozenset(
+            grant_id for grant_id in grant_ids
+            if (grant := stored.get(grant_id)) is not None and grant.revoked_at is not None
+            and timestamp_ms(grant.revoked_at) <= at_ms)
+        return RevocationCheck(revision=str(self._revision), revoked=revoked)
 
     async def grants_for(
         self, namespace_id: str, actor: Address, authority: Address, /

@@ -64,8 +64,12 @@ class GrantRevocationSource(Protocol):
     revocations and never reuse a grant id in a namespace.
     """
 
-    async def check(self, namespace_id: str, grant_ids: Sequence[str], /) -> RevocationCheck:
-        """Which of ``grant_ids`` are revoked; raise anything to fail the decision closed."""
+    async def check(self, namespace_id: str, grant_ids: Sequence[str], at_ms: int,
+                    /) -> RevocationCheck:
+        """Which of ``grant_ids`` are revoked at ``at_ms`` (the operation instant, epoch ms).
+
+        Raise anything to fail the decision closed (``authority_unavailable``).
+        """
         ...
 
 

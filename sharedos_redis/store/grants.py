@@ -5,6 +5,12 @@ Owns ``RedisGrantStore``. Grants are kept per subject in
 the way in and on the way out: a corrupt stored grant raises, so the kernel
 fails closed (``authority_unavailable``) instead of skipping it. Grants are
 durable configuration: the hashes have no TTL; ``revoke`` marks, never deletes.
+
+A grant id names one grant in its namespace, forever: ``put`` refuses an id held
+by another subject or ever revoked, so per-grant use counters cannot be shared.
+``revoke`` also records the revocation (retained) for the live revocation port,
+:meth:`RedisGrantStore.check` (SharedOS ADR 0027): one script reads the
+revocation state of every id asked about, consistently.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from redis.asyncio import Redis
 
 from ..errors import ConfigurationError, StoreUnavailable
 from ..kernel.contracts import Address, CapabilityGrant, timestamp_ms
+from ..kernel.ports import RevocationCheck
 from .boundary import STORE_ERRORS, store_unavailable
-from .keys import Keys
+from .keys import Keys, address_tag
 from .scripts import Scripts
 
 __all__ = ["RedisGrantStore"]
@@ -28,6 +35,10 @@ _PARSE_CACHE: Final = 4096
 
 def _key(namespace_id: str, subject: Address) -> str:
     return Keys(namespace_id).grants(subject.kind, subject.id)
+
+
+def _text(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _sort_key(grant: CapabilityGrant) -> tuple[int, str]:
@@ -47,14 +58,21 @@ class RedisGrantStore:
 
         Raises:
             ContractError: ``grant`` does not satisfy the contract.
+            ConfigurationError: the id belongs to another subject's grant in this
+                namespace, or was revoked (ids are never reused).
             StoreUnavailable: Redis failed.
         """
         checked = CapabilityGrant.from_wire(grant.to_wire())
-        try:
-            await cast("Awaitable[int]", self._redis.hset(
-                _key(checked.namespace_id, checked.subject), checked.id, checked.to_json()))
-        except STORE_ERRORS as exc:
-            raise store_unavailable("grants.put", exc) from exc
+        keys = Keys(checked.namespace_id)
+        subject = checked.subject
+        stored = int(await self._scripts.call(
+            "put_grant", [_key(checked.namespace_id, subject), keys.grant_ids, keys.revocations],
+            [checked.id, checked.to_json(), address_tag(subject.kind, subject.id)]))
+        if stored == 0:
+            raise ConfigurationError(
+                f"grant id {checked.id!r} already names another subject's grant")
+        if stored < 0:
+            raise ConfigurationError(f"grant id {checked.id!r} was revoked; issue a new id")
 
     async def revoke(self, namespace_id: str, subject: Address, grant_id: str, at: str) -> bool:
         """Mark a grant revoked from ``at`` on (an earlier revocation is kept).
@@ -71,7 +89,7 @@ class RedisGrantStore:
             at_ms = timestamp_ms(at)
         except ValueError as exc:
             raise ConfigurationError(f"revocation time is not RFC 3339: {at!r}") from exc
-        key = _key(namespace_id, subject)
+        key, keys = _key(namespace_id, subject), Keys(namespace_id)
         for _ in range(_SWAP_ATTEMPTS):
             raw = await self._hget(key, grant_id)
             if raw is None:
@@ -80,8 +98,9 @@ class RedisGrantStore:
             if grant.revoked_at is not None and timestamp_ms(grant.revoked_at) <= at_ms:
                 return True
             revoked = CapabilityGrant.from_wire({**grant.to_wire(), "revokedAt": at})
-            swapped = int(await self._scripts.call("swap_grant", [key],
-                                                   [grant_id, raw, revoked.to_json()]))
+            swapped = int(await self._scripts.call(
+                "swap_grant", [key, keys.revocations, keys.revocation_revision],
+                [grant_id, raw, revoked.to_json(), at_ms]))
             if swapped != 0:
                 return swapped == 1
         raise StoreUnavailable("grants.revoke", "the grant kept changing during revocation")
@@ -122,6 +141,23 @@ class RedisGrantStore:
             StoreUnavailable: Redis failed (the kernel fails closed).
         """
         return [g for g in await self.list(namespace_id, actor) if g.issuer == authority]
+
+    async def check(self, namespace_id: str, grant_ids: Sequence[str],
+                    at_ms: int) -> RevocationCheck:
+        """The live revocation port: which of ``grant_ids`` are revoked at ``at_ms``.
+
+        One script reads every id and the revision together (consistent), on the
+        namespace's primary: a failure raises and the kernel fails closed.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        keys = Keys(namespace_id)
+        answer = await self._scripts.call(
+            "check_revocations", [keys.revocations, keys.revocation_revision],
+            [at_ms, *grant_ids])
+        revision, *revoked = (_text(item) for item in answer)
+        return RevocationCheck(revision=revision, revoked=frozenset(revoked))
 
     async def _hget(self, key: str, field: str) -> bytes | None:
         try:

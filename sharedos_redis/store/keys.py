@@ -26,6 +26,11 @@ Key (type) — owner — lifetime:
 - ``sos:{ns}:budget:<trace>`` (string int) — hops left for a trace; PEXPIRE
   ``budget_ttl``.
 - ``sos:{ns}:grants:<subject kind>:<subject id>`` (hash grant id → grant JSON) — grant store.
+- ``sos:{ns}:grant-ids`` (hash grant id → subject tag) — grant store: a grant id
+  names one grant of one subject in a namespace, forever (no TTL).
+- ``sos:{ns}:revocations`` (hash grant id → revoked-from epoch ms) and
+  ``sos:{ns}:revocations:revision`` (string int) — grant store: retained
+  revocations, read per decision by live revocation (no TTL).
 - ``sos:{ns}:usage`` (hash grant id → uses spent) — usage store.
 - ``sos:{ns}:audit`` (stream, MAXLEN ~) — audit sink.
 - ``sos:{ns}:dead`` (stream, MAXLEN ~) — dead letters ``{id, reason, at}``; reason
@@ -134,6 +139,21 @@ class Keys:
     def grants(self, subject_kind: str, subject_id: str) -> str:
         """Hash: grant id → grant JSON for one subject."""
         return f"{self.prefix}grants:{encode_id(subject_kind)}:{encode_id(subject_id)}"
+
+    @property
+    def grant_ids(self) -> str:
+        """Hash: grant id → subject tag (ids are unique per namespace)."""
+        return f"{self.prefix}grant-ids"
+
+    @property
+    def revocations(self) -> str:
+        """Hash: grant id → revoked-from epoch ms (kept forever)."""
+        return f"{self.prefix}revocations"
+
+    @property
+    def revocation_revision(self) -> str:
+        """String: incremented by every recorded revocation."""
+        return f"{self.prefix}revocations:revision"
 
     @property
     def usage(self) -> str:

@@ -131,8 +131,10 @@ class MessagingHost:
     def __post_init__(self) -> None:
         s = self.settings
         self.grant_store = RedisGrantStore(self.redis)
+        live = None
         if self.grants is None:
             self.grants = self.grant_store
+            live = self.grant_store if s.live_revocation else None
         self.usage = RedisGrantUsageStore(self.redis)
         self.audit = RedisAuditSink(self.redis, maxlen=s.audit_maxlen)
         self.budget = TraceBudget(self.redis, default_hops=s.default_budget_hops)
@@ -146,7 +148,7 @@ class MessagingHost:
         # a draining worker may hand back only turns whose effects can safely repeat
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
                              transport=EffectTrackingTransport(self.transport),
-                             router=self.router)
+                             router=self.router, revocations=live)
         telemetry().instrument_kernel(self.kernel)
 
     @classmethod

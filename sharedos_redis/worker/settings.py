@@ -38,6 +38,10 @@ class HostSettings(BaseModel):
             poll (re-wakes after crashes and overflow always go through arq).
         drain_grace_s: on SIGTERM/SIGINT, how long running turns may finish before the
             worker hands them back (or interrupts those that may not run again).
+        live_revocation: with the Redis grant store, a revocation reaches the next
+            decision of a running turn (one script read per matching grant, SharedOS
+            ADR 0027); off, a turn keeps the grants it was admitted with and a
+            revocation reaches the next turn.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -55,6 +59,7 @@ class HostSettings(BaseModel):
     audit_maxlen: int = Field(100_000, ge=1000)
     direct_dispatch: bool = True
     drain_grace_s: float = Field(10.0, ge=0)
+    live_revocation: bool = True
 
     @model_validator(mode="after")
     def _deadline_tree(self) -> Self:

@@ -26,7 +26,6 @@ from sharedos_redis.kernel.memory import (
     InMemoryGrantSource,
     InMemoryGrantUsageStore,
 )
-from sharedos_redis.kernel.ports import GrantRevocationSource
 from sharedos_redis.kernel.testing import InMemoryRouter, InMemoryTransport
 
 NS = "acme"
@@ -127,7 +126,7 @@ class World:
 def make_world(*grants: CapabilityGrant, transport: InMemoryTransport | None = None,
                router: InMemoryRouter | None = None, with_transport: bool = True,
                with_router: bool = True, clock: Callable[[], datetime] = lambda: T0,
-               revocations: GrantRevocationSource | None = None) -> World:
+               live_revocation: bool = False) -> World:
     """A world holding ``grants``; transport and router configured unless told otherwise."""
     source = InMemoryGrantSource(grants)
     usage, audit = InMemoryGrantUsageStore(), InMemoryAuditSink()
@@ -141,5 +140,6 @@ def make_world(*grants: CapabilityGrant, transport: InMemoryTransport | None = N
         return issued[-1]
 
     kernel = Kernel(grants=source, audit=audit, usage=usage, transport=transport, router=router,
-                    message_ids=message_ids, clock=clock, revocations=revocations)
+                    message_ids=message_ids, clock=clock,
+                    revocations=source if live_revocation else None)
     return World(source, usage, audit, transport, router, kernel, issued)

@@ -100,9 +100,42 @@ async def test_swap_grant_is_compare_and_set(
 ) -> None:
     scripts = Scripts(redis)
     key = keys.grants("agent", "bob")
+    swap = [key, keys.revocations, keys.revocation_revision]
     await redis.hset(key, "g-1", "v1")
-    assert await scripts.call("swap_grant", [key], ["g-1", "v0", "v2"]) == 0
-    assert await scripts.call("swap_grant", [key], ["g-1", "v1", "v2"]) == 1
-    assert await scripts.call("swap_grant", [key], ["g-9", "v1", "v2"]) == -1
-    assert await redis.hgetall(key) == {b"g-1": b"v2"}
-    assert await keyspace() == {key}
+    assert await scripts.call("swap_grant", swap, ["g-1", "v0", "v2", 5000]) == 0
+    assert await keyspace() == {key}  # nothing recorded when the compare fails
+    assert await scripts.call("swap_grant", swap, ["g-1", "v1", "v2", 5000]) == 1
+    assert await scripts.call("swap_grant", swap, ["g-1", "v2", "v3", 9000]) == 1
+    assert await scripts.call("swap_grant", swap, ["g-9", "v1", "v2", 1]) == -1
+    assert await redis.hgetall(key) == {b"g-1": b"v3"}
+    assert await redis.hgetall(keys.revocations) == {b"g-1": b"5000"}  # the earliest is kept
+    assert await redis.get(keys.revocation_revision) == b"2"
+    assert await keyspace() == set(swap)
+
+
+async def test_check_revocations_reads_every_id_at_the_instant(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    read = [keys.revocations, keys.revocation_revision]
+    assert await scripts.call("check_revocations", read, [10, "g-1"]) == [b"0"]
+    await redis.hset(keys.revocations, mapping={"g-1": 5, "g-2": 20})
+    await redis.set(keys.revocation_revision, 7)
+    assert await scripts.call("check_revocations", read, [10, "g-1", "g-2", "g-3"]) == [
+        b"7", b"g-1"]
+    assert await keyspace() == set(read)
+
+
+async def test_put_grant_keeps_ids_unique_and_never_reuses_a_revoked_one(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    bob, eve = keys.grants("agent", "bob"), keys.grants("agent", "eve")
+    put = [keys.grant_ids, keys.revocations]
+    assert await scripts.call("put_grant", [bob, *put], ["g-1", "v1", "agent:bob"]) == 1
+    assert await scripts.call("put_grant", [bob, *put], ["g-1", "v2", "agent:bob"]) == 1
+    assert await scripts.call("put_grant", [eve, *put], ["g-1", "x", "agent:eve"]) == 0
+    await redis.hset(keys.revocations, "g-2", 1)
+    assert await scripts.call("put_grant", [bob, *put], ["g-2", "v", "agent:bob"]) == -1
+    assert await redis.hgetall(bob) == {b"g-1": b"v2"}
+    assert await keyspace() == {bob, keys.grant_ids, keys.revocations}

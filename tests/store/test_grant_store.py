@@ -9,9 +9,9 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from sharedos_redis.errors import ContractError
-from sharedos_redis.kernel.contracts import agent, human
-from sharedos_redis.kernel.ports import GrantSource
+from sharedos_redis.errors import ConfigurationError, ContractError
+from sharedos_redis.kernel.contracts import agent, human, timestamp_ms
+from sharedos_redis.kernel.ports import GrantRevocationSource, GrantSource
 from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.keys import Keys
 
@@ -39,7 +39,8 @@ async def test_grants_for_returns_only_the_actors_grants_from_that_authority(
             "g-1", "g-other-issuer", "g-2"]  # by issuedAt, then id
         assert await store.grants_for(ns, human("bob"), agent("host")) == []
         assert await namespace_keys(redis, ns) == {Keys(ns).grants("agent", "bob"),
-                                                   Keys(ns).grants("agent", "alice")}
+                                                   Keys(ns).grants("agent", "alice"),
+                                                   Keys(ns).grant_ids}
     finally:
         await drop_namespace(redis, ns)
         await drop_namespace(redis, f"{ns}-x")
@@ -100,3 +101,37 @@ async def test_concurrent_revocations_keep_the_earliest(
         assert grant.revoked_at == "2026-05-10T00:00:00Z"
     finally:
         await drop_namespace(clients[0], ns)
+
+
+async def test_a_grant_id_names_one_grant_in_its_namespace(redis: Redis, ns: str) -> None:
+    """Per-grant use counters are keyed by id: a second subject may not reuse the id."""
+    store = RedisGrantStore(redis)
+    try:
+        await store.put(make_grant(ns, "g-shared", constraints={"maxUses": 1}))
+        with pytest.raises(ConfigurationError):
+            await store.put(make_grant(ns, "g-shared", subject=agent("eve")))
+        await store.put(make_grant(ns, "g-shared", constraints={"maxUses": 2}))  # same subject
+        assert await store.list(ns, agent("eve")) == []
+        await store.put(make_grant(f"{ns}-x", "g-shared", subject=agent("eve")))  # other ns
+    finally:
+        await drop_namespace(redis, ns)
+        await drop_namespace(redis, f"{ns}-x")
+
+
+async def test_revocations_are_retained_and_read_live(redis: Redis, ns: str) -> None:
+    store = RedisGrantStore(redis)
+    port: GrantRevocationSource = store
+    at = timestamp_ms("2026-03-01T00:00:00Z")
+    try:
+        await store.put(make_grant(ns, "g-1"))
+        await store.put(make_grant(ns, "g-2"))
+        before = await port.check(ns, ["g-1", "g-2", "g-none"], at)
+        assert before.revoked == frozenset()
+        assert await store.revoke(ns, agent("bob"), "g-1", "2026-03-01T00:00:00Z")
+        after = await port.check(ns, ["g-1", "g-2"], at)
+        assert after.revoked == {"g-1"} and after.revision != before.revision
+        assert (await port.check(ns, ["g-1"], at - 1)).revoked == frozenset()  # not yet
+        with pytest.raises(ConfigurationError):  # a revoked id is never issued again
+            await store.put(make_grant(ns, "g-1"))
+    finally:
+        await drop_namespace(redis, ns)
