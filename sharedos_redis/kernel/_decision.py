@@ -88,6 +88,7 @@ def decision_event(
         "cause": outcome.cause,
         "operation_id": operation_id,
         "metadata": {"mode": mode,
+                     **({"usageState": "reserved"} if outcome.consumed else {}),
                      **({"revocationChecks": list(outcome.checks)} if outcome.checks else {})},
     }
     if requirement is not None:

@@ -35,12 +35,13 @@ Choices where the SPEC leaves room (documented deviations):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 from ._decision import CHECK, CONSUME, REACH, VISIBLE, Mode, Outcome, Walk, decision_event
+from .audit import audit_event
 from .contracts import (
     AccessContext,
     AuthorizationDecision,
@@ -58,6 +59,7 @@ from .matching import (
     purpose_allowed,
 )
 from .ports import AuditSink, GrantRevocationSource, GrantSource, GrantUsageStore, RevocationCheck
+from .usage import UseReservation
 
 __all__ = ["CapabilityAuthorizer"]
 
@@ -219,7 +221,29 @@ class CapabilityAuthorizer:
             allowed=outcome.allowed,
             reason_code=outcome.reason,
             matched_grant_id=outcome.grant_id if outcome.allowed else None,
+            metadata={"usageState": "reserved"} if outcome.consumed else None,
         )
+
+    async def release_use(self, context: AccessContext, reservation: UseReservation, *,
+                          reason: str, operation_id: str | None = None) -> bool:
+        """Give back a reserved use whose effect was refused before admission, audited.
+
+        A use is released at most once and only before admission (never a refund
+        after an effect was admitted). When the store fails the use stays spent
+        (the conservative side) and False is returned.
+        """
+        if reservation.released or self._usage is None:
+            return reservation.released
+        try:
+            await self._usage.release(reservation.namespace_id, reservation.grant_id)
+        except Exception:  # the use stays occupied: safe, and a lost release is only capacity
+            return False
+        reservation.released = True
+        with suppress(Exception):  # the release stands; its record is after the fact
+            await self._audit.record(audit_event(
+                context, "grant.usage.released", "succeeded", grant_id=reservation.grant_id,
+                operation_id=operation_id, reason=reason, metadata={"usageState": "released"}))
+        return True
 
     async def _evaluate(
         self,

@@ -135,6 +135,17 @@ class InMemoryGrantUsageStore:
         self._raise_if_failing("used")
         return self._used.get((namespace_id, grant_id), 0)
 
+    async def release(self, namespace_id: str, grant_id: str, /) -> None:
+        """Give back one reserved use (never below zero).
+
+        Raises:
+            StoreUnavailable: when :attr:`fail` is set.
+        """
+        await anyio.lowlevel.checkpoint()
+        self._raise_if_failing("release")
+        key = (namespace_id, grant_id)
+        self._used[key] = max(0, self._used.get(key, 0) - 1)
+
     def _raise_if_failing(self, operation: str) -> None:
         if self.fail:
             raise StoreUnavailable(operation, "InMemoryGrantUsageStore.fail is set")

@@ -45,6 +45,7 @@ from .tools import (
     tool_failed,
     tool_succeeded,
 )
+from .usage import UseReservation, reserved_use
 
 __all__ = [
     "EXECUTION_NAMESPACE",
@@ -182,20 +183,15 @@ class MessageService:
         envelope = MessageEnvelope.from_wire(
             envelope.to_wire() if isinstance(envelope, MessageEnvelope) else envelope)
         code = self._context_refusal(context, envelope)
-        if code is None and self._transport is None:
-            receipt: MessageDeliveryResult = DeliveryFailed(
-                message_id=envelope.id, timestamp=self._now(),
-                error=protocol_error("message_transport_not_configured"))
-            await self._audit_sent(context, envelope, receipt)
-            return receipt
-        if code is None:
-            code = await self._consume_send(context, envelope)
+        reservation = None
+        if code is None:  # authorization decides first, whatever the host configured
+            code, reservation = await self._consume_send(context, envelope)
         if code is not None:
             receipt = DeliveryDenied(message_id=envelope.id, timestamp=self._now(),
                                      error=protocol_error(code))
             await self._audit_sent(context, envelope, receipt)
             return receipt
-        return await self._deliver(context, envelope)
+        return await self._deliver(context, envelope, reservation)
 
     @staticmethod
     def _context_refusal(context: AccessContext, envelope: MessageEnvelope) -> str | None:
@@ -204,23 +200,34 @@ class MessageService:
             return "message_context_mismatch"
         return None
 
-    async def _consume_send(self, context: AccessContext, envelope: MessageEnvelope) -> str | None:
-        """Consume the recipient-scoped send requirement; the refusal code, or None."""
+    async def _consume_send(self, context: AccessContext, envelope: MessageEnvelope,
+                            ) -> tuple[str | None, UseReservation | None]:
+        """Consume the recipient-scoped send requirement: (refusal code, reserved use)."""
         try:
             requirement = messaging_requirement(context, envelope.receiver)
         except ContractError:
-            return "invalid_request"
+            return "invalid_request", None
         decision = await self._authorizer.consume(context, requirement, operation_id=envelope.id)
-        return None if decision.allowed else decision.reason_code
+        if not decision.allowed:
+            return decision.reason_code, None
+        reserved = decision.metadata is not None and decision.matched_grant_id is not None
+        return None, (UseReservation(context.namespace_id, decision.matched_grant_id)
+                      if reserved and decision.matched_grant_id else None)
 
-    async def _deliver(self, context: AccessContext,
-                       envelope: MessageEnvelope) -> MessageDeliveryResult:
-        """The already-authorized path: hand ``envelope`` to the transport, audit the receipt."""
+    async def _deliver(self, context: AccessContext, envelope: MessageEnvelope,
+                       reservation: UseReservation | None) -> MessageDeliveryResult:
+        """The already-authorized path: hand ``envelope`` to the transport, audit the receipt.
+
+        A refusal before admission (a ``denied`` receipt, or no transport) gives back
+        the use the decision reserved; a failure after which the request may have
+        been accepted keeps it spent.
+        """
         if self._transport is None:
             receipt: MessageDeliveryResult = DeliveryFailed(
                 message_id=envelope.id, timestamp=self._now(),
                 error=protocol_error("message_transport_not_configured"))
         else:
+            token = reserved_use.set(reservation)
             try:
                 raw: object = await self._transport.deliver(context, envelope)
             except Exception:  # its text never reaches the caller; cancellation propagates
@@ -228,6 +235,15 @@ class MessageService:
                                          error=protocol_error("message_delivery_failed"))
             else:
                 receipt = check_receipt(raw, envelope, self._now())
+            finally:
+                reserved_use.reset(token)
+        refused = isinstance(receipt, DeliveryDenied) or (
+            isinstance(receipt, DeliveryFailed)
+            and receipt.error.code == "message_transport_not_configured")
+        if reservation is not None and refused and isinstance(receipt,
+                                                              DeliveryDenied | DeliveryFailed):
+            await self._authorizer.release_use(context, reservation, reason=receipt.error.code,
+                                               operation_id=envelope.id)
         await self._audit_sent(context, envelope, receipt)
         return receipt
 
@@ -279,13 +295,13 @@ class MessageService:
     async def _request_reply(self, context: AccessContext, call: ToolCall,
                              envelope: MessageEnvelope) -> tuple[ToolResult, str | None]:
         """Steps 5-9 of SPEC §3: consume once, deliver, resolve, validate the reply."""
-        code = await self._consume_send(context, envelope)
+        code, reservation = await self._consume_send(context, envelope)
         if code is not None:
             denied = DeliveryDenied(message_id=envelope.id, timestamp=self._now(),
                                     error=protocol_error(code))
             await self._audit_sent(context, envelope, denied)
             return tool_denied(call, self._now(), code), None
-        receipt = await self._deliver(context, envelope)
+        receipt = await self._deliver(context, envelope, reservation)
         if isinstance(receipt, DeliveryDenied | DeliveryFailed):
             details = {"status": receipt.status, "code": receipt.error.code}
             return (tool_failed(call, self._now(), "message_request_not_accepted", details),

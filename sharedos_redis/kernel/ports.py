@@ -84,6 +84,10 @@ class GrantUsageStore(Protocol):
         """How many uses were spent (discovery checks ``used < max_uses``)."""
         ...
 
+    async def release(self, namespace_id: str, grant_id: str, /) -> None:
+        """Give back one reserved use whose effect was refused before admission."""
+        ...
+
 
 class AuditSink(Protocol):
     """Append-only audit storage; ``record`` raises when the record was not written."""

@@ -45,6 +45,19 @@ class RedisGrantUsageStore:
         )
         return int(spent) == 1
 
+    async def release(self, namespace_id: str, grant_id: str) -> None:
+        """Give back one reserved use refused before admission (never below zero).
+
+        The transport normally does this inside its own refusal script; this is the
+        kernel's fallback for other refusals before admission.
+
+        Raises:
+            StoreUnavailable: Redis failed (the use then stays spent).
+        """
+        keys = Keys(namespace_id)
+        await self._scripts.call("release_grant_use", [keys.usage, keys.audit],
+                                 [grant_id, 1000, "", ""])
+
     async def used(self, namespace_id: str, grant_id: str) -> int:
         """How many uses of ``grant_id`` were spent (0 when never consumed).
 

@@ -7,6 +7,11 @@ outbox entry and the ``message.accepted`` audit record — all or nothing. The
 outbox relay (``relay.py``) then wakes the recipient; ``on_accepted`` is an
 optional fast path whose failure the relay makes harmless.
 
+Exact use accounting (ADR 0029): when the request carries a reserved ``maxUses``
+use (``kernel.usage.reserved_use``), a refusal before admission gives it back
+with a ``grant.usage.released`` record in the same script (duplicate, budget)
+or in ``release_grant_use`` (payload too large); an accepted request commits it.
+
 Must not import router/ or worker/.
 """
 
@@ -27,6 +32,7 @@ from ..faults import fault_point
 from ..kernel.audit import audit_event
 from ..kernel.contracts import (
     AccessContext,
+    AuditEvent,
     DeliveryAccepted,
     DeliveryDenied,
     DeliveryFailed,
@@ -36,6 +42,7 @@ from ..kernel.contracts import (
     format_timestamp,
 )
 from ..kernel.reasons import ReasonCode
+from ..kernel.usage import UseReservation, reserved_use
 from ..observability import telemetry
 from ..store.audit import RedisAuditSink, audit_fields
 from ..store.keys import Keys, address_tag
@@ -76,6 +83,13 @@ def _payload_bytes(envelope: MessageEnvelope) -> int:
 
 def _error(code: ReasonCode, message: str, *, retryable: bool | None = None) -> ProtocolError:
     return ProtocolError(code=code, message=message, retryable=retryable)
+
+
+def _released_event(context: AccessContext, envelope: MessageEnvelope, now: datetime,
+                    reservation: UseReservation, code: str) -> AuditEvent:
+    return audit_event(context, "grant.usage.released", "succeeded", at=format_timestamp(now),
+                       grant_id=reservation.grant_id, operation_id=envelope.id,
+                       message_id=envelope.id, reason=code, metadata={"usageState": "released"})
 
 
 def _now_ms(moment: datetime) -> int:
@@ -128,19 +142,23 @@ class RedisStreamTransport:
         stamp = format_timestamp(now)
         limit = self._settings.max_payload_bytes
         if _payload_bytes(envelope) > limit:
+            await self._release(context, envelope, now)
             return DeliveryDenied(message_id=envelope.id, timestamp=stamp,
                                   error=_error("payload_too_large",
                                                f"the payload exceeds {limit} bytes"))
         deadline = self._deadline_ms(now)
+        reservation = reserved_use.get()
         try:
             with anyio.fail_after(self._settings.accept_timeout_s):
-                status, hops = await self._accept(context, envelope, now, deadline)
+                status, hops = await self._accept(context, envelope, now, deadline, reservation)
         except (StoreUnavailable, TimeoutError) as exc:
             _log.warning("accept of %s failed: %s", envelope.id, type(exc).__name__)
             return DeliveryFailed(message_id=envelope.id, timestamp=stamp,
                                   error=_error("message_delivery_failed",
                                                "the message store is unavailable", retryable=True))
         if status != "accepted":
+            if reservation is not None:
+                reservation.released = True  # by the script, with its record
             return await self._refuse(context, envelope, status, stamp)
         fault_point("accept.after")
         await self._wake(context.namespace_id, envelope.id)
@@ -153,11 +171,16 @@ class RedisStreamTransport:
         return deadline if cap is None else min(deadline, cap)
 
     async def _accept(
-        self, context: AccessContext, envelope: MessageEnvelope, now: datetime, deadline: int
+        self, context: AccessContext, envelope: MessageEnvelope, now: datetime, deadline: int,
+        reservation: UseReservation | None,
     ) -> tuple[str, int]:
         keys = Keys(context.namespace_id)
         event = audit_event(context, "message.accepted", "succeeded", at=format_timestamp(now),
                             message_id=envelope.id, receiver=envelope.receiver)
+        released: list[str] = []
+        for code in ("duplicate_message", "budget_exhausted"):
+            released += (audit_fields(_released_event(context, envelope, now, reservation, code))
+                         if reservation is not None else ["", ""])
         s, hooks = self._settings, telemetry()
         # the requester's span (not the accept span) parents the recipient's turn
         traceparent = hooks.traceparent()
@@ -165,16 +188,35 @@ class RedisStreamTransport:
             result = await self._scripts.call(
                 "accept_request",
                 [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
-                 keys.outbox, keys.audit],
+                 keys.outbox, keys.audit, keys.usage],
                 [envelope.id, envelope.to_json(), context.to_json(),
                  address_tag(envelope.sender.kind, envelope.sender.id),
                  address_tag(envelope.receiver.kind, envelope.receiver.id),
                  envelope.purpose, envelope.trace_id, _now_ms(now), deadline,
                  s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
-                 s.audit_maxlen, *audit_fields(event), traceparent],
+                 s.audit_maxlen, *audit_fields(event), traceparent,
+                 reservation.grant_id if reservation is not None else "", *released],
             )
         status, hops = result
         return (status.decode() if isinstance(status, bytes) else str(status)), int(hops)
+
+    async def _release(self, context: AccessContext, envelope: MessageEnvelope,
+                       now: datetime) -> None:
+        """Give back the request's reserved use (refused before the script), with its record."""
+        reservation = reserved_use.get()
+        if reservation is None:
+            return
+        keys = Keys(context.namespace_id)
+        event = _released_event(context, envelope, now, reservation, "payload_too_large")
+        try:
+            await self._scripts.call("release_grant_use", [keys.usage, keys.audit],
+                                     [reservation.grant_id, self._settings.audit_maxlen,
+                                      *audit_fields(event)])
+        except StoreUnavailable as exc:  # the kernel tries once more through its usage port
+            _log.warning("release of a use of %s failed: %s", reservation.grant_id,
+                         type(exc).__name__)
+            return
+        reservation.released = True
 
     async def _refuse(
         self, context: AccessContext, envelope: MessageEnvelope, status: str, stamp: str

@@ -434,7 +434,8 @@ async def test_every_decision_is_audited_once() -> None:
     await s.authz.consume(context(), need())
     await s.authz.check(context(), need(path=("nope",)))
     reasons = [(e.reason, e.metadata) for e in s.audit.events]
-    assert reasons == [("allowed", {"mode": "check"}), ("allowed", {"mode": "consume"}),
+    assert reasons == [("allowed", {"mode": "check"}),
+                       ("allowed", {"mode": "consume", "usageState": "reserved"}),
                        ("grant_exhausted", {"mode": "consume"}),
                        ("no_matching_grant", {"mode": "check"})]
 

@@ -17,16 +17,18 @@ pytestmark = pytest.mark.anyio
 
 
 def _accept_args(
-    ns: str, mid: str = "m-1", *, default_hops: int = 2
+    ns: str, mid: str = "m-1", *, default_hops: int = 2, grant_id: str = ""
 ) -> tuple[list[str], list[object]]:
     keys = Keys(ns)
     ctx = make_context(ns)
     env = make_envelope(ctx, id=mid)
     now = int(time.time() * 1000)
     return (
-        [keys.message(mid), keys.budget("trace-1"), keys.open, keys.outbox, keys.audit],
+        [keys.message(mid), keys.budget("trace-1"), keys.open, keys.outbox, keys.audit,
+         keys.usage],
         [mid, env.to_json(), ctx.to_json(), "agent:bob", "agent:alice", "p", "trace-1",
-         now, now + 1000, 60_000, default_hops, 5_000, 1000, "e", '{"audit":1}'],
+         now, now + 1000, 60_000, default_hops, 5_000, 1000, "e", '{"audit":1}', "",
+         grant_id, "e", '{"released":"dup"}', "e", '{"released":"budget"}'],
     )
 
 
@@ -44,6 +46,43 @@ async def test_accept_request_spends_then_refuses_without_writing(
     assert await redis.xlen(keys.audit) == 2
     assert 0 < await redis.pttl(keys.budget("trace-1")) <= 5_000
     assert len(await keyspace()) == 6
+
+
+async def test_accept_request_gives_back_a_reserved_use_when_it_refuses(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    await redis.hset(keys.usage, "g-1", 3)  # three uses reserved by three decisions
+    assert await scripts.call("accept_request", *_accept_args(
+        ns, "m-1", default_hops=1, grant_id="g-1")) == [b"accepted", 0]
+    assert await scripts.call("accept_request", *_accept_args(
+        ns, "m-2", default_hops=1, grant_id="g-1")) == [b"budget_exhausted", 0]
+    assert await scripts.call("accept_request", *_accept_args(
+        ns, "m-1", grant_id="g-1")) == [b"duplicate", -1]
+    assert await redis.hget(keys.usage, "g-1") == b"1"  # only the admitted use stays spent
+    records = [fields for _, fields in await redis.xrange(keys.audit)]
+    assert records == [{b"e": b'{"audit":1}'}, {b"e": b'{"released":"budget"}'},
+                       {b"e": b'{"released":"dup"}'}]
+    await redis.hset(keys.usage, "g-1", 0)
+    assert await scripts.call("accept_request", *_accept_args(
+        ns, "m-1", grant_id="g-1")) == [b"duplicate", -1]
+    assert await redis.hget(keys.usage, "g-1") == b"0"  # never below zero, nothing recorded
+    assert await redis.xlen(keys.audit) == 3
+
+
+async def test_release_grant_use_gives_back_one_use_with_its_record(
+    redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
+) -> None:
+    scripts = Scripts(redis)
+    args = ["g-1", 1000, "e", "released"]
+    assert await scripts.call("release_grant_use", [keys.usage, keys.audit], args) == 0
+    assert await keyspace() == set()
+    await redis.hset(keys.usage, "g-1", 2)
+    assert await scripts.call("release_grant_use", [keys.usage, keys.audit], args) == 1
+    assert await scripts.call("release_grant_use", [keys.usage, keys.audit],
+                              ["g-1", 1000, "", ""]) == 1
+    assert await redis.hget(keys.usage, "g-1") == b"0"
+    assert await redis.xlen(keys.audit) == 1
 
 
 async def test_accept_request_fails_closed_on_a_corrupt_budget(

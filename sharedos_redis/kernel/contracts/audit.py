@@ -13,6 +13,7 @@ __all__ = ["AUDIT_EVENT_TYPES", "AuditEvent", "AuditEventType", "AuditOutcome"]
 AuditEventType = Literal[
     # kernel events (SharedOS)
     "authorization.checked",
+    "grant.usage.released",
     "tool.catalog.listed",
     "tool.invoked",
     "message.sent",
