@@ -39,7 +39,7 @@ from .keys import Keys, address_tag
 from .scripts import Scripts
 
 __all__ = ["EXPIRED_CODE", "HOST_ADDRESS", "ClaimOutcome", "FailureState", "MarkerStore",
-           "OpenScan", "Settlement", "TurnClaim"]
+           "OpenScan", "Settlement", "TurnClaim", "payload_bytes"]
 
 ClaimOutcome = Literal["claimed", "busy", "closed", "missing", "dead"]
 FailureState = Literal["failed", "timed_out", "cancelled", "dead"]
@@ -94,6 +94,11 @@ class OpenScan:
     next_start: int | None
 
 
+def payload_bytes(payload: object) -> int:
+    """The size of a payload as compact UTF-8 JSON (what request and reply limits measure)."""
+    return len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
 def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode()
@@ -112,12 +117,16 @@ class MarkerStore:
         redis: the client (``decode_responses=False``).
         retention_s: how long a terminal marker is kept (PEXPIRE).
         audit_maxlen / settled_maxlen / dead_maxlen: ``MAXLEN ~`` of those streams.
+        max_reply_bytes: the largest reply payload (UTF-8 JSON) that is stored; a larger
+            one fails the request ``reply_too_large`` instead (nothing of it is stored).
         clock_ms: replaces the Redis server's clock (tests only).
     """
 
     def __init__(self, redis: Redis, *, retention_s: int = 86_400, audit_maxlen: int = 100_000,
                  settled_maxlen: int = 10_000, dead_maxlen: int = 100_000,
+                 max_reply_bytes: int = 1_048_576,
                  clock_ms: Callable[[], int] | None = None) -> None:
+        self.max_reply_bytes = max_reply_bytes
         self._redis = redis
         self._scripts = Scripts(redis)
         self._retention_ms = retention_s * 1000
@@ -206,7 +215,8 @@ class MarkerStore:
         Refusals (audited as ``reply.refused``, nothing else changes):
         ``unknown_request``; ``request_closed`` (cause = the terminal state);
         ``reply_mismatch`` (cause ``reply_to`` | ``sender`` | ``receiver`` |
-        ``purpose`` | ``trace_id``).
+        ``purpose`` | ``trace_id``). A payload over ``max_reply_bytes`` is not stored:
+        the open request fails ``reply_too_large`` (what its requester is told).
 
         Raises:
             StoreUnavailable: Redis failed.
@@ -216,6 +226,11 @@ class MarkerStore:
                                      trace_id=reply.trace_id)
             return Settlement(False, "reply_mismatch", None, "reply_to")
         k, mid = Keys(namespace), reply.reply_to
+        if payload_bytes(reply.payload) > self.max_reply_bytes:
+            failed = await self.settle_failure(namespace, mid, state="failed",
+                                               code="reply_too_large")
+            return Settlement(False, "reply_too_large" if failed.settled else failed.code,
+                              failed.state, failed.cause)
         attribution = {"namespaceId": namespace, "actor": reply.sender.to_wire(),
                        "authority": HOST_ADDRESS.to_wire(), "owner": HOST_ADDRESS.to_wire(),
                        "purpose": reply.purpose, "traceId": reply.trace_id}

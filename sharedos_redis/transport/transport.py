@@ -17,7 +17,6 @@ Must not import router/ or worker/.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -46,6 +45,7 @@ from ..kernel.usage import UseReservation, reserved_use
 from ..observability import telemetry
 from ..store.audit import RedisAuditSink, audit_fields
 from ..store.keys import Keys, address_tag
+from ..store.markers import payload_bytes
 from ..store.scripts import Scripts
 from .deadlines import turn_deadline_ms
 
@@ -74,11 +74,6 @@ class TransportSettings(BaseModel):
     budget_ttl_s: int = Field(default=86_400, gt=0)
     audit_maxlen: int = Field(default=100_000, gt=0)
     accept_timeout_s: float = Field(default=10.0, gt=0)
-
-
-def _payload_bytes(envelope: MessageEnvelope) -> int:
-    return len(json.dumps(envelope.payload, ensure_ascii=False, separators=(",", ":"))
-               .encode("utf-8"))
 
 
 def _error(code: ReasonCode, message: str, *, retryable: bool | None = None) -> ProtocolError:
@@ -141,7 +136,7 @@ class RedisStreamTransport:
         now = self._clock()
         stamp = format_timestamp(now)
         limit = self._settings.max_payload_bytes
-        if _payload_bytes(envelope) > limit:
+        if payload_bytes(envelope.payload) > limit:
             await self._release(context, envelope, now)
             return DeliveryDenied(message_id=envelope.id, timestamp=stamp,
                                   error=_error("payload_too_large",

@@ -141,8 +141,9 @@ class MessagingHost:
         self.transport = RedisStreamTransport(self.redis, settings=TransportSettings(
             request_timeout_s=s.request_timeout_s, default_budget_hops=s.default_budget_hops,
             retention_s=s.retention_s, audit_maxlen=s.audit_maxlen))
-        self.markers = MarkerStore(self.redis, retention_s=s.retention_s,
-                                   audit_maxlen=s.audit_maxlen)
+        self.markers = MarkerStore(
+            self.redis, retention_s=s.retention_s, audit_maxlen=s.audit_maxlen,
+            max_reply_bytes=s.max_reply_bytes or self.transport.settings.max_payload_bytes)
         self.router = RedisRequestRouter(self.redis, markers=self.markers)
         # the kernel reaches the transport and the tool handlers through effect counters:
         # a draining worker may hand back only turns whose effects can safely repeat

@@ -38,6 +38,8 @@ class HostSettings(BaseModel):
             poll (re-wakes after crashes and overflow always go through arq).
         drain_grace_s: on SIGTERM/SIGINT, how long running turns may finish before the
             worker hands them back (or interrupts those that may not run again).
+        max_reply_bytes: the largest reply payload stored (compact UTF-8 JSON); a larger
+            reply fails its request ``reply_too_large``. None: the request limit.
         live_revocation: with the Redis grant store, a revocation reaches the next
             decision of a running turn (one script read per matching grant, SharedOS
             ADR 0027); off, a turn keeps the grants it was admitted with and a
@@ -60,6 +62,7 @@ class HostSettings(BaseModel):
     direct_dispatch: bool = True
     drain_grace_s: float = Field(10.0, ge=0)
     live_revocation: bool = True
+    max_reply_bytes: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _deadline_tree(self) -> Self:

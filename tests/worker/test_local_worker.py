@@ -16,6 +16,7 @@ from sharedos_redis.kernel.contracts import JsonValue
 from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
 from sharedos_redis.worker.local import LocalWorker
 
+from ..support import scan_keyspace
 from .helpers import (
     answer,
     ask,
@@ -168,3 +169,26 @@ async def test_start_turn_outside_the_host_context_is_refused(redis: Redis, ns: 
         await host.start_turn("bob", {}, purpose="p")
     with pytest.raises(ConfigurationError):
         host.context_for("nobody", purpose="p", trace_id="t")
+
+
+async def test_a_reply_over_the_limit_fails_the_request_and_stores_nothing(
+        redis: Redis, ns: str, cleanup: None) -> None:
+    marker = "HUGE-REPLY-" + "z" * 2000
+    host = make_host(redis, ns, {"bob": ask("alice", {}), "alice": answer({"blob": marker})},
+                     max_reply_bytes=1024)
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
+              invoke_grant(ns, "alice"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(10):
+            result = await host.start_turn("bob", {}, purpose="atlas-status")
+    failed = output(result)
+    assert failed["status"] == "failed"
+    assert failed["error"]["details"] == {"outcome": "reply_too_large"}
+    stored: list[bytes] = []
+    for key in await scan_keyspace(redis, ns):
+        kind = await redis.type(key)
+        if kind == b"hash":
+            stored += (await redis.hgetall(key)).values()
+        elif kind == b"stream":
+            stored += [v for _, fields in await redis.xrange(key) for v in fields.values()]
+    assert stored and not any(b"HUGE-REPLY" in value for value in stored)
