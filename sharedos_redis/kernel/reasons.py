@@ -84,8 +84,6 @@ HostReason = Literal[
     "recipient_turn_cancelled",
     "recipient_turn_interrupted",
     "reply_too_large",
-    # dead-letter re-drive (the sender's authority is checked again)
-    "redrive_refused",
 ]
 
 ReasonCode = AuthorizationReason | MessagingReason | TurnReason | HostReason

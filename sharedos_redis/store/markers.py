@@ -39,10 +39,11 @@ from .keys import Keys, address_tag
 from .scripts import Scripts
 
 __all__ = ["EXPIRED_CODE", "HOST_ADDRESS", "ClaimOutcome", "FailureState", "MarkerStore",
-           "OpenScan", "Settlement", "TurnClaim", "payload_bytes"]
+           "OpenScan", "RedriveStatus", "Settlement", "TurnClaim", "payload_bytes"]
 
 ClaimOutcome = Literal["claimed", "busy", "closed", "missing", "dead"]
 FailureState = Literal["failed", "timed_out", "cancelled", "dead"]
+RedriveStatus = Literal["redriven", "closed", "budget_exhausted"]
 HOST_ADDRESS = service("sharedos-redis")
 """Actor, authority and owner of host records that no stored request context covers."""
 
@@ -374,22 +375,35 @@ class MarkerStore:
         next_start = start + count - len(missing) if len(ids) == count else None
         return OpenScan(stale=stale, next_start=next_start)
 
-    async def redrive(self, namespace: str, message_id: str, *, deadline_ms: int) -> bool:
+    async def redrive(self, namespace: str, message_id: str, *, deadline_ms: int,
+                      trace_id: str, default_hops: int = 16, budget_ttl_ms: int = 86_400_000,
+                      released: tuple[str, tuple[str, str]] | None = None) -> RedriveStatus:
         """Re-drive a dead letter: ``dead → accepted`` with attempts 0 and a new deadline.
 
         The one sanctioned exception to "terminal states never change" (a human
-        decision). The request re-enters the open index and the outbox; audited as
-        ``request.redriven``. False when the marker is gone or not dead.
+        decision). It spends one hop of the trace's budget like an accept; the request
+        re-enters the open index and the outbox, audited as ``request.redriven``.
+        ``released`` is the sender's reserved grant use (grant id, audit field/value):
+        given back, with its record, when the budget refuses.
+
+        Returns:
+            ``redriven``; ``closed`` when the marker is gone or not dead;
+            ``budget_exhausted`` when the trace has no hops left (nothing changed).
 
         Raises:
             StoreUnavailable: Redis failed.
         """
         k = Keys(namespace)
+        grant_id, (field, value) = released or ("", ("", ""))
         raw = await self._scripts.call(
-            "marker_redrive", [k.message(message_id), k.open, k.outbox, k.audit],
+            "marker_redrive", [k.message(message_id), k.open, k.outbox, k.audit,
+                               k.budget(trace_id), k.usage],
             [message_id, deadline_ms, self._now_arg(), self._retention_ms, self._audit_maxlen,
-             new_id(), self._at()])
-        return int(raw) == 1
+             new_id(), self._at(), default_hops, budget_ttl_ms, grant_id, field, value])
+        status = int(raw)
+        if status == 1:
+            return "redriven"
+        return "budget_exhausted" if status == -1 else "closed"
 
     async def dead_letters(self, namespace: str, *, count: int = 100) -> list[dict[str, str]]:
         """The oldest ``count`` dead letters: ``{stream_id, id, reason, at}`` each.

@@ -34,6 +34,7 @@ from ..store.client import RedisSettings, create_redis
 from ..store.markers import MarkerStore
 from .host import MessagingHost, budget_set_event
 from .logs import LogFormat, configure_logging
+from .redrive import redrive_request
 
 __all__ = ["main"]
 
@@ -306,16 +307,14 @@ def dead_letters(obj: _Ctx, retry_id: str | None, timeout: float, as_json: bool)
     namespace = obj.need_namespace()
 
     async def job(redis: Redis) -> Any:
-        markers = MarkerStore(redis)
-        if retry_id is not None:
-            deadline_ms = int((time.time() + timeout) * 1000)
-            return await markers.redrive(namespace, retry_id, deadline_ms=deadline_ms)
-        return await markers.dead_letters(namespace)
+        if retry_id is not None:  # the sender is authorized again and a hop is spent
+            return await redrive_request(redis, namespace, retry_id, timeout_s=timeout)
+        return await MarkerStore(redis).dead_letters(namespace)
 
     result = obj.run(job)
     if retry_id is not None:
-        if not result:
-            click.echo(f"error: {retry_id} is not a dead letter in {namespace}", err=True)
+        if not result.redriven:
+            click.echo(f"error: {retry_id} not re-driven in {namespace}: {result.code}", err=True)
             sys.exit(1)
         click.echo(f"re-driven {retry_id}")
     elif as_json:

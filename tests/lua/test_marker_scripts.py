@@ -202,12 +202,15 @@ async def test_redrive_brings_a_dead_letter_back(redis: Redis, ns: str,
                                                  keyspace: Keyspace) -> None:
     markers = MarkerStore(redis)
     await open_marker(redis, ns)
-    assert not await markers.redrive(ns, "m-1", deadline_ms=now_ms() + 5000)  # not dead
+    assert await markers.redrive(ns, "m-1", deadline_ms=now_ms() + 5000,
+                                 trace_id="trace-1") == "closed"  # not dead
     assert (await markers.settle_failure(ns, "m-1", state="dead", code="recipient_unknown")).settled
     [letter] = await markers.dead_letters(ns)
     assert letter["reason"] == "recipient_unknown"
     deadline = now_ms() + 5000
-    assert await markers.redrive(ns, "m-1", deadline_ms=deadline)
+    assert await markers.redrive(ns, "m-1", deadline_ms=deadline, trace_id="trace-1",
+                                 default_hops=3) == "redriven"
+    assert await redis.get(Keys(ns).budget("trace-1")) == b"2"  # a re-drive is a hop
     fields = ["state", "attempts", "deadline", "code"]
     assert await redis.hmget(Keys(ns).message("m-1"), fields) == [
         b"accepted", b"0", str(deadline).encode(), None]
@@ -218,8 +221,25 @@ async def test_redrive_brings_a_dead_letter_back(redis: Redis, ns: str,
     assert (claim.outcome, claim.attempt) == ("claimed", 1)
     assert [e.type for e in await audit(redis, ns)][-3:] == [
         "request.dead_lettered", "request.redriven", "turn.started"]
-    assert not await markers.redrive(ns, "m-404", deadline_ms=deadline)
+    assert await markers.redrive(ns, "m-404", deadline_ms=deadline,
+                                 trace_id="trace-1") == "closed"
     await keyspace()
+
+
+async def test_redrive_spends_a_hop_and_refuses_an_exhausted_trace(
+        redis: Redis, ns: str, keyspace: Keyspace) -> None:
+    markers, k = MarkerStore(redis), Keys(ns)
+    await open_marker(redis, ns)
+    await markers.settle_failure(ns, "m-1", state="dead", code="recipient_unknown")
+    await redis.set(k.budget("trace-1"), 0)
+    await redis.hset(k.usage, "g-1", 1)
+    status = await markers.redrive(ns, "m-1", deadline_ms=now_ms() + 5000, trace_id="trace-1",
+                                   released=("g-1", ("e", "released")))
+    assert status == "budget_exhausted"
+    assert await redis.hget(k.message("m-1"), "state") == b"dead"  # nothing moved
+    assert await redis.hget(k.usage, "g-1") == b"0"  # the reserved use is given back
+    [(_, last)] = await redis.xrevrange(k.audit, count=1)
+    assert last == {b"e": b"released"}
 
 
 async def test_scan_open_lists_markers_stuck_in_a_state(redis: Redis, ns: str,
