@@ -24,8 +24,8 @@ from click.core import ParameterSource
 from redis.asyncio import Redis
 
 from ..console.command import console
-from ..errors import ConfigurationError, SharedOSError
-from ..kernel.contracts import service
+from ..errors import ConfigurationError, ContractError, SharedOSError
+from ..kernel.contracts import checked_namespace_id, service
 from ..router.router import RedisRequestRouter
 from ..store.audit import RedisAuditSink
 from ..store.boundary import STORE_ERRORS, store_errors, store_unavailable
@@ -34,6 +34,7 @@ from ..store.client import RedisSettings, create_redis
 from ..store.markers import MarkerStore
 from .host import MessagingHost, budget_set_event
 from .logs import LogFormat, configure_logging
+from .printable import printable
 from .redrive import redrive_request
 
 __all__ = ["main"]
@@ -50,7 +51,10 @@ class _Ctx:
     def need_namespace(self) -> str:
         if not self.namespace:
             raise click.UsageError("--namespace (or SHAREDOS_NAMESPACE) is required")
-        return self.namespace
+        try:
+            return checked_namespace_id(self.namespace)
+        except ContractError as exc:
+            raise click.UsageError(printable(f"--namespace {self.namespace!r}: {exc}")) from None
 
     def connection(self) -> RedisSettings:
         """The connection: the environment's ``SHAREDOS_REDIS_*`` with ``--redis-url``."""
@@ -81,7 +85,7 @@ class _Ctx:
 
 
 def _fail(message: str, *, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {printable(message)}", err=True)
     sys.exit(code)
 
 
@@ -202,9 +206,10 @@ def _redis_gauges(host: MessagingHost) -> None:
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     if not rows:
         return "(none)"
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    cells = [{c: printable(r.get(c, "")) for c in columns} for r in rows]
+    widths = {c: max(len(c), *(len(cell[c]) for cell in cells)) for c in columns}
     lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    lines += ["  ".join(cell[c].ljust(widths[c]) for c in columns) for cell in cells]
     return "\n".join(lines)
 
 
@@ -314,9 +319,8 @@ def dead_letters(obj: _Ctx, retry_id: str | None, timeout: float, as_json: bool)
     result = obj.run(job)
     if retry_id is not None:
         if not result.redriven:
-            click.echo(f"error: {retry_id} not re-driven in {namespace}: {result.code}", err=True)
-            sys.exit(1)
-        click.echo(f"re-driven {retry_id}")
+            _fail(f"{retry_id} not re-driven in {namespace}: {result.code}", code=1)
+        click.echo(f"re-driven {printable(retry_id)}")
     elif as_json:
         click.echo(json.dumps(result, indent=2))
     else:
@@ -352,7 +356,7 @@ def budget_set(obj: _Ctx, trace_id: str, hops: int) -> None:
             namespace, trace_id, hops, actor=service("sharedos-redis-cli")))
 
     obj.run(job)
-    click.echo(f"{trace_id}: {hops}")
+    click.echo(f"{printable(trace_id)}: {hops}")
 
 
 main.add_command(console)

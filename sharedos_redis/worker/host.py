@@ -21,7 +21,7 @@ import anyio
 from anyio.abc import TaskGroup
 from redis.asyncio import Redis
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ContractError
 from ..kernel.contracts import (
     AccessContext,
     Address,
@@ -34,6 +34,7 @@ from ..kernel.contracts import (
     MessageEnvelope,
     ToolDefinition,
     agent,
+    checked_namespace_id,
     format_timestamp,
     service,
 )
@@ -129,6 +130,10 @@ class MessagingHost:
     _tg: TaskGroup | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        try:  # once, here: a padded or control-character id would split the keyspace
+            self.namespace = checked_namespace_id(self.namespace)
+        except ContractError as exc:
+            raise ConfigurationError(f"invalid namespace {self.namespace!r}: {exc}") from None
         s = self.settings
         self.grant_store = RedisGrantStore(self.redis)
         live = None

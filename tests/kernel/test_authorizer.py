@@ -56,9 +56,7 @@ def capability(
     owner: Address | None = None,
 ) -> Capability:
     resource = ResourceRef(namespace=namespace, path=tuple(path), owner=owner)
-    return Capability.model_validate(
-        {"resource": resource, "actions": tuple(actions), "scope": scope}
-    )
+    return Capability(resource=resource, actions=tuple(actions), scope=scope)  # type: ignore[arg-type]  # str scope checked at runtime
 
 
 def grant(

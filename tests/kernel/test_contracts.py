@@ -394,3 +394,36 @@ def test_corrupted_envelope_parses_or_raises_contract_error(
         MessageEnvelope.from_wire(data)
     with contextlib.suppress(ContractError):
         MessageEnvelope.from_json(json.dumps(data))
+
+
+# --- one door: model_validate is the strict wire parse -----------------------------------
+
+_ENVELOPE = {"version": "2", "id": "m-1", "sender": {"kind": "agent", "agentId": "bob"},
+             "receiver": {"kind": "agent", "agentId": "alice"}, "purpose": "p",
+             "payload": {}, "traceId": "t-1", "createdAt": "2026-10-04T09:00:00Z"}
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"version": None}, "UnsupportedProtocolVersion"),
+    ({"trace_id": "t-1", "traceId": None}, "ContractError"),
+    ({"replyTo": None}, "ContractError"),
+    ({"intent": "x"}, "ContractError"),
+])
+def test_model_validate_is_as_strict_as_from_wire(change: dict[str, Any], error: str) -> None:
+    from sharedos_redis.kernel.contracts import MessageEnvelope
+
+    wire = {k: v for k, v in {**_ENVELOPE, **change}.items()
+            if v is not None or k == "replyTo"}
+    for door in (MessageEnvelope.model_validate, MessageEnvelope.from_wire,
+                 lambda data: MessageEnvelope.model_validate_json(json.dumps(data))):
+        with pytest.raises(ContractError) as raised:
+            door(wire)
+        assert type(raised.value).__name__ == error
+
+
+def test_model_validate_accepts_exactly_what_from_wire_accepts() -> None:
+    from sharedos_redis.kernel.contracts import MessageEnvelope
+
+    assert MessageEnvelope.model_validate(_ENVELOPE) == MessageEnvelope.from_wire(_ENVELOPE)
+    assert MessageEnvelope.model_validate_json(json.dumps(_ENVELOPE).encode()) == (
+        MessageEnvelope.from_wire(_ENVELOPE))

@@ -20,6 +20,7 @@ from ._base import (
     timestamp_ms,
     to_wire,
 )
+from ._scalars import checked_namespace_id
 from .address import (
     Address,
     AgentAddress,
@@ -129,6 +130,7 @@ __all__ = [
     "ToolResult",
     "ToolSucceeded",
     "agent",
+    "checked_namespace_id",
     "format_timestamp",
     "group",
     "human",

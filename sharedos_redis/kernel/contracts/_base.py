@@ -129,6 +129,35 @@ class Contract(BaseModel):
         return data
 
     @classmethod
+    def model_validate(cls, obj: Any, *, strict: bool | None = None,
+                       extra: Any = None, from_attributes: bool | None = None,
+                       context: Any = None, by_alias: bool | None = None,
+                       by_name: bool | None = None) -> Self:
+        """The same strict wire parse as :meth:`from_wire` (one door for untrusted data).
+
+        pydantic's options are ignored: camelCase keys only, a versioned object's
+        ``version`` required, ``null`` optionals rejected. Python callers build
+        instances with the constructor (field names).
+
+        Raises:
+            UnsupportedProtocolVersion: a versioned object's version is missing or not "2".
+            ContractError: anything else is wrong.
+        """
+        return parse_wire(cls, obj)
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, *,
+                            strict: bool | None = None, extra: Any = None,
+                            context: Any = None, by_alias: bool | None = None,
+                            by_name: bool | None = None) -> Self:
+        """The same strict parse as :meth:`from_json`; see :meth:`model_validate`.
+
+        Raises:
+            ContractError: the text is not JSON or does not satisfy the contract.
+        """
+        return parse_json(cls, bytes(json_data) if isinstance(json_data, bytearray) else json_data)
+
+    @classmethod
     def from_wire(cls, data: object) -> Self:
         """Parse a decoded JSON object (camelCase keys only).
 
@@ -231,8 +260,9 @@ def parse_wire(tp: type[T] | Any, data: object) -> T:
                                          data.get("version") if isinstance(data, Mapping) else None)
     try:
         if isinstance(tp, type) and issubclass(tp, BaseModel):
-            return cast(T, tp.model_validate(data, by_alias=True, by_name=False,
-                                             context={"wire": True}))
+            # the validator itself: Contract.model_validate is this function
+            return cast(T, tp.__pydantic_validator__.validate_python(
+                data, by_alias=True, by_name=False, context={"wire": True}))
         return cast(T, _adapter(tp).validate_python(data, by_alias=True, by_name=False,
                                                     context={"wire": True}))
     except ValidationError as exc:

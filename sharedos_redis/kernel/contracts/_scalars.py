@@ -1,7 +1,7 @@
 """Scalar wire types: identifiers, purposes, path segments, RFC 3339 timestamps, JSON values.
 
 Owns the validators behind them and ``timestamp_ms`` / ``format_timestamp``.
-Imports nothing of ours.
+Imports nothing of ours but ``errors``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Annotated, Any, Final, cast
 from pydantic import AfterValidator, PlainValidator, Strict, StringConstraints
 from pydantic_core import PydanticCustomError
 
+from ...errors import ContractError
+
 __all__ = [
     "MAX_JSON_DEPTH",
     "PROTOCOL_VERSION",
@@ -26,6 +28,7 @@ __all__ = [
     "PathSegment",
     "Purpose",
     "Timestamp",
+    "checked_namespace_id",
     "encodable",
     "format_timestamp",
     "timestamp_ms",
@@ -54,6 +57,33 @@ def encodable(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def checked_namespace_id(value: object) -> str:
+    """A namespace id exactly as a host, the CLI and the key schema use it.
+
+    The model-authored identifier rule, applied once where a host or CLI is built:
+    1 to 256 characters, valid Unicode, no surrounding whitespace (a wire
+    ``namespaceId`` is trimmed, so a padded id would name another keyspace than its
+    contexts) and no control characters.
+
+    Raises:
+        ContractError: the id breaks the rule.
+    """
+    problem = None
+    if not isinstance(value, str) or not 1 <= len(value) <= 256:
+        problem = "a namespace id has 1 to 256 characters"
+    elif value != value.strip():
+        problem = "a namespace id must not be padded with whitespace"
+    elif not encodable(value) or _CONTROL.search(value):
+        problem = "a namespace id must be valid Unicode without control characters"
+    if problem is not None:
+        raise ContractError("namespace", [{"loc": ("namespaceId",), "type": "namespace_id",
+                                           "msg": problem}])
+    return str(value)
 
 
 def _check_segment(value: str) -> str:
