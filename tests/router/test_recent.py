@@ -36,7 +36,8 @@ async def settle_three(redis: Redis, ns: str) -> list[str]:
     assert (await markers.settle_failure(ns, "m-2", state="failed",
                                          code="recipient_turn_denied")).settled
     assert (await markers.settle_failure(ns, "m-3", state="dead", code="request_dead_lettered"))
-    assert await markers.redrive(ns, "m-3", deadline_ms=2**41)
+    assert await markers.redrive(ns, "m-3", deadline_ms=2**41,
+                                 trace_id=three.trace_id) == "redriven"
     assert (await markers.settle_failure(ns, "m-3", state="timed_out",
                                          code="request_timed_out")).settled
     return ["m-1", "m-2", "m-3"]
