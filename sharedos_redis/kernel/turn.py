@@ -38,6 +38,7 @@ from .contracts import (
 from .ids import new_id
 from .kernel import Kernel
 from .ports import DeferringAuditSink
+from .runtime_facade import RuntimeFacade
 from .runtime_host import (
     DEFAULT_MAX_STEPS,
     DEFAULT_TIMEOUT_MS,
@@ -187,7 +188,7 @@ class TurnExecutor:
             log.append("turn.started", {"messageId": request.message.id, "attempt": attempt,
                                         "tools": [t.name for t in tools]})
             try:
-                output = await self._runtime.run(turn, host)
+                output = await self._runtime.run(turn, RuntimeFacade(host))
             except TurnFailure as exc:
                 failure = exc.code if exc.code in _RUNTIME_FAILURES else "runtime_failed"
                 _log.warning("runtime of agent %s ended turn %s: %s", request.agent.id,

@@ -95,11 +95,6 @@ DECLARED: dict[tuple[str, str], str] = {
         "(delegation_chain_unverified), so a revoked ancestor cannot be told apart",
     ("over-broad-delegation", "child-claims-more-than-its-parent"):
         "delegated grants are not verified yet (delegation_chain_unverified)",
-    ("budget-exceeded", "step-ceiling"):
-        "SharedOS step semantics (declared steps, budget exposed to the runtime) are "
-        "rebuilt under issue 16; this host still counts every call as a step",
-    ("grant-material", "baseline"):
-        "runtimes still receive the TurnHost, which holds the kernel",
     ("escalation", "baseline"):
         "ExecutionResult has no escalated status yet",
     ("typed-governed-views", "view-bound-grant"):
@@ -352,6 +347,32 @@ async def tool_call_ceiling() -> list[str | None]:
     return codes
 
 
+async def step_ceiling() -> list[str | None]:
+    async def script(host: RuntimeHost) -> list[Any]:
+        results = []
+        for _ in range(3):
+            host.declare_step()
+            results.append(await host.call("files.read", {"path": "a"}))
+        return results
+
+    _, codes = await one_turn(workspace(READ_WS), script, maxToolCalls=8, maxSteps=2)
+    return codes
+
+
+async def grant_material() -> list[str | None]:
+    from tests.kernel.test_runtime_facade import authority_in
+
+    seen: list[Any] = []
+
+    async def script(host: RuntimeHost) -> list[Any]:
+        seen.append(host)
+        return [await host.call("files.read", {"path": "a"})]
+
+    _, codes = await one_turn(workspace(READ_WS), script)
+    # the runtime enumerates every surface it was handed: nothing carries authority
+    return [*codes, "no_grant_material_reachable" if authority_in(*seen) == [] else "reached"]
+
+
 async def rollback_unavailable() -> list[str | None]:
     world = workspace(READ_WS, WRITE_SCRATCH)
 
@@ -477,6 +498,8 @@ SCENARIOS: dict[tuple[str, str], tuple[Attempt, list[str | None]]] = {
     ("invalid-tool-result", "baseline"): (invalid_tool_result, [None, "invalid_tool_result"]),
     ("budget-exceeded", "tool-call-ceiling"): (tool_call_ceiling,
                                                [None, "tool_call_limit_exceeded"]),
+    ("budget-exceeded", "step-ceiling"): (step_ceiling, [None, None, "step_limit_exceeded"]),
+    ("grant-material", "baseline"): (grant_material, [None, "no_grant_material_reachable"]),
     ("rollback-unavailable", "baseline"): (rollback_unavailable, [None, "tool_unavailable"]),
     ("rollback-out-of-scope", "restore-confined-to-scratch"): (
         rollback_out_of_scope, [None, "no_matching_grant"]),
