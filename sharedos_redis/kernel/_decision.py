@@ -65,7 +65,8 @@ class Walk:
 
     at_ms: int = 0
     exhausted: bool = False
-    unverified: bool = False
+    unverified: tuple[str, str] | None = None
+    invalid: tuple[str, str] | None = None
     checks: list[JsonValue] = field(default_factory=list)
 
     def end(self, reason: AuthorizationReason, grant_id: str | None = None, **more: Any) -> Outcome:

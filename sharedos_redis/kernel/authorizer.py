@@ -7,10 +7,12 @@ rules live in ``matching.py``. Imports no I/O library.
 
 Choices where the SPEC leaves room (documented deviations):
 
-* **Delegated grants** (``parentGrantId`` set) are not verified yet (chains are
-  [later]): such a grant is skipped. When nothing else allows the request and a
-  skipped delegated grant would have covered it, the decision is
-  ``delegation_chain_unverified`` (``grant_exhausted`` takes precedence).
+* **Delegated grants** (``parentGrantId``) allow only when their chain, fetched
+  from the trusted :class:`DelegationChainResolver`, holds on every link
+  (``delegation.py``). A broken chain is ``delegation_chain_invalid``; one that
+  cannot be established (no resolver, an ancestor missing, the resolver failing)
+  is ``delegation_chain_unverified`` and is reported first; ``grant_exhausted``
+  outranks both. The failing link's code is the record's ``cause``.
 * **Usage store** missing or failing for a matching ``maxUses`` grant stops the
   walk at once with ``usage_store_unavailable`` (fail closed), even if a later
   grant could have allowed the request.
@@ -36,9 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from contextvars import ContextVar
 from datetime import datetime
-from typing import Any
 
 from ._decision import CHECK, CONSUME, REACH, VISIBLE, Mode, Outcome, Walk, decision_event
 from .audit import audit_event
@@ -50,6 +50,7 @@ from .contracts import (
     format_timestamp,
     timestamp_ms,
 )
+from .gates import SNAPSHOT, Gates
 from .matching import (
     capability_reaches,
     checked_context,
@@ -58,14 +59,17 @@ from .matching import (
     grant_active,
     purpose_allowed,
 )
-from .ports import AuditSink, GrantRevocationSource, GrantSource, GrantUsageStore, RevocationCheck
+from .ports import (
+    AuditSink,
+    DelegationChainResolver,
+    GrantRevocationSource,
+    GrantSource,
+    GrantUsageStore,
+)
 from .usage import UseReservation
 
 __all__ = ["CapabilityAuthorizer"]
 
-
-_SNAPSHOT: ContextVar[dict[tuple[str, Any, Any], Any] | None] = ContextVar(
-    "sharedos_grant_snapshot", default=None)
 
 
 class CapabilityAuthorizer:
@@ -79,18 +83,21 @@ class CapabilityAuthorizer:
         clock: the operation instant (expiry is decided at the later of it and
             ``context.now``); None decides everything at ``context.now``.
         revocations: live revocation (ADR 0027); None keeps revocation snapshot-bound.
+        chains: the trusted resolver of delegated grants' ancestors; None makes every
+            delegated grant unverifiable.
     """
 
     def __init__(
         self, grants: GrantSource, usage: GrantUsageStore | None, audit: AuditSink, *,
         clock: Callable[[], datetime] | None = None,
         revocations: GrantRevocationSource | None = None,
+        chains: DelegationChainResolver | None = None,
     ) -> None:
         self._grants = grants
+        self._gates = Gates(chains, revocations)
         self._usage = usage
         self._audit = audit
         self._clock = clock
-        self._revocations = revocations
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -101,12 +108,12 @@ class CapabilityAuthorizer:
         consumption decide against one grant set. Use counters are never cached.
         Nested snapshots share the outermost one.
         """
-        token = _SNAPSHOT.set({}) if _SNAPSHOT.get() is None else None
+        token = SNAPSHOT.set({}) if SNAPSHOT.get() is None else None
         try:
             yield
         finally:
             if token is not None:
-                _SNAPSHOT.reset(token)
+                SNAPSHOT.reset(token)
 
     async def check(
         self,
@@ -162,8 +169,8 @@ class CapabilityAuthorizer:
         """True when some eligible, non-exhausted grant allows ``action`` in ``namespace``.
 
         A discovery helper (e.g. whether to offer ``messages.request``): it never
-        spends a use and is not audited (no resource is decided). Delegated grants
-        are skipped; any failure of a port answers False.
+        spends a use and is not audited (no resource is decided). A delegated grant
+        counts only when its chain holds; any failure of a port answers False.
         """
         checked = checked_context(context)
         if checked is None:
@@ -175,13 +182,15 @@ class CapabilityAuthorizer:
         operation_ms = self._operation_ms()
         walk = Walk(at_ms=max(now_ms, operation_ms or now_ms))
         for grant in grants:
-            if grant.parent_grant_id is not None or not self._eligible(
-                    grant, context, now_ms, operation_ms):
+            if not self._eligible(grant, context, now_ms, operation_ms):
                 continue
             if not any(capability_reaches(capability, namespace, action, context.owner)
                        for capability in grant.capabilities):
                 continue
-            revoked = await self._revoked(context, grant, walk)
+            chain = await self._gates.chain(context, grant, walk, now_ms, operation_ms)
+            if chain is None:
+                continue
+            revoked = await self._gates.revoked(context, chain, walk)
             if revoked is not False:
                 if isinstance(revoked, Outcome):
                     return False  # an outage is never an empty reachable surface
@@ -262,22 +271,25 @@ class CapabilityAuthorizer:
                 continue
             if mode.match(grant, requirement, context) is None:
                 continue
-            if grant.parent_grant_id is not None:
-                walk.unverified = True
+            ancestors = await self._gates.chain(context, grant, walk, now_ms, operation_ms)
+            if ancestors is None:
                 continue
-            decided = await self._candidate(context, grant, walk, mode)
+            decided = await self._candidate(context, grant, walk, mode, ancestors)
             if decided is not None:
                 return decided
         if walk.exhausted:
             return walk.end("grant_exhausted")
         if walk.unverified:
-            return walk.end("delegation_chain_unverified", cause="delegation_not_supported")
+            return walk.end("delegation_chain_unverified", cause=walk.unverified[0])
+        if walk.invalid:
+            return walk.end("delegation_chain_invalid", cause=walk.invalid[0])
         return walk.end("no_matching_grant")
 
     async def _candidate(self, context: AccessContext, grant: CapabilityGrant, walk: Walk,
-                         mode: Mode) -> Outcome | None:
-        """A matching grant: the revocation gate, then use accounting; None walks on."""
-        revoked = await self._revoked(context, grant, walk)
+                         mode: Mode, chain: list[str]) -> Outcome | None:
+        """A matching grant with a valid chain: the revocation gate over the whole chain,
+        then use accounting; None walks on."""
+        revoked = await self._gates.revoked(context, chain, walk)
         if isinstance(revoked, Outcome):
             return revoked
         if revoked:
@@ -293,28 +305,8 @@ class CapabilityAuthorizer:
         walk.exhausted = True
         return None
 
-    async def _revoked(self, context: AccessContext, grant: CapabilityGrant,
-                       walk: Walk) -> bool | Outcome:
-        """The live revocation gate for one candidate; an Outcome when the read failed."""
-        if self._revocations is None:
-            return False
-        checked = [grant.id]
-        try:
-            answer = await self._revocations.check(context.namespace_id, tuple(checked),
-                                                   walk.at_ms)
-            if not isinstance(answer, RevocationCheck) or not isinstance(answer.revision, str):
-                raise TypeError("malformed revocation check")
-            revoked = sorted(set(answer.revoked) & set(checked))
-        except Exception:  # any failure or malformed answer fails the decision closed
-            walk.checks.append({"checked": checked, "status": "unavailable"})
-            return walk.end("authority_unavailable", fail_closed=True,
-                            cause="revocation_source_failed")
-        walk.checks.append({"checked": checked, "status": "checked",
-                            "revision": answer.revision, "revoked": revoked})
-        return bool(revoked)
-
     async def _load(self, context: AccessContext) -> Sequence[CapabilityGrant] | Outcome:
-        cache = _SNAPSHOT.get()
+        cache = SNAPSHOT.get()
         if cache is None:
             return await self._fetch(context)
         key = (context.namespace_id, context.actor, context.authority)

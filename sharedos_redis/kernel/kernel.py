@@ -45,6 +45,7 @@ from .messaging import (
 )
 from .ports import (
     AuditSink,
+    DelegationChainResolver,
     GrantRevocationSource,
     GrantSource,
     GrantUsageStore,
@@ -106,6 +107,8 @@ class Kernel:
             instant at which grant expiry is decided.
         revocations: live revocation (SharedOS ADR 0027); without it a turn keeps
             the grants it was admitted with and a revocation reaches the next turn.
+        chains: the trusted resolver of delegated grants' ancestors (ADR 0008); without
+            it a delegated grant allows nothing (``delegation_chain_unverified``).
 
     Attributes:
         authorizer: the :class:`CapabilityAuthorizer` every decision goes through.
@@ -119,9 +122,10 @@ class Kernel:
                  router: MessageRequestRouter | None = None,
                  message_ids: Callable[[], str] = new_id,
                  clock: Callable[[], datetime] = utc_now,
-                 revocations: GrantRevocationSource | None = None) -> None:
+                 revocations: GrantRevocationSource | None = None,
+                 chains: DelegationChainResolver | None = None) -> None:
         self.authorizer = CapabilityAuthorizer(grants, usage, audit, clock=clock,
-                                               revocations=revocations)
+                                               revocations=revocations, chains=chains)
         self.audit = audit
         self.clock = clock
         self._tools = ToolRegistry(reserved=frozenset({MESSAGES_REQUEST}))

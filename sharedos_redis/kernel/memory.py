@@ -78,6 +78,22 @@ class InMemoryGrantSource:
             and timestamp_ms(grant.revoked_at) <= at_ms)
         return RevocationCheck(revision=str(self._revision), revoked=revoked)
 
+    async def chain(self, namespace_id: str, grant_id: str, limit: int) -> list[CapabilityGrant]:
+        """The delegation chain resolver: ``grant_id`` and its ancestors (at most ``limit``).
+
+        Raises:
+            StoreUnavailable: when :attr:`fail` is set.
+        """
+        await anyio.lowlevel.checkpoint()
+        if self.fail:
+            raise StoreUnavailable("grants.chain", "unavailable (test switch)")
+        stored, found = self._grants.get(namespace_id, {}), list[CapabilityGrant]()
+        next_id: str | None = grant_id
+        while next_id is not None and len(found) < limit and next_id in stored:
+            found.append(stored[next_id])
+            next_id = stored[next_id].parent_grant_id
+        return found
+
     async def grants_for(
         self, namespace_id: str, actor: Address, authority: Address, /
     ) -> Sequence[CapabilityGrant]:

@@ -23,6 +23,7 @@ from .contracts import (
 __all__ = [
     "AuditSink",
     "DeferringAuditSink",
+    "DelegationChainResolver",
     "GrantRevocationSource",
     "GrantSource",
     "GrantUsageStore",
@@ -69,6 +70,19 @@ class GrantRevocationSource(Protocol):
         """Which of ``grant_ids`` are revoked at ``at_ms`` (the operation instant, epoch ms).
 
         Raise anything to fail the decision closed (``authority_unavailable``).
+        """
+        ...
+
+
+class DelegationChainResolver(Protocol):
+    """The trusted lookup of a delegated grant's ancestors (SharedOS ADR 0008)."""
+
+    async def chain(self, namespace_id: str, grant_id: str, limit: int, /,
+                    ) -> Sequence[CapabilityGrant]:
+        """Grant ``grant_id`` and its ancestors in order, at most ``limit`` grants.
+
+        Stops early where a grant names no parent or the parent is not found (the
+        kernel then reports the chain unverifiable); raise to fail it unverified too.
         """
         ...
 

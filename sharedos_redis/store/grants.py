@@ -142,6 +142,20 @@ class RedisGrantStore:
         """
         return [g for g in await self.list(namespace_id, actor) if g.issuer == authority]
 
+    async def chain(self, namespace_id: str, grant_id: str,
+                    limit: int) -> Sequence[CapabilityGrant]:
+        """The delegation chain resolver: ``grant_id`` and its ancestors (at most ``limit``),
+        read by id in one script.
+
+        Raises:
+            ContractError: a stored grant is corrupt (the chain is then unverifiable).
+            StoreUnavailable: Redis failed.
+        """
+        keys = Keys(namespace_id)
+        answer = await self._scripts.call("grant_chain", [keys.grant_ids],
+                                          [keys.prefix + "grants:", grant_id, limit])
+        return [self._parse(raw) for raw in answer]
+
     async def check(self, namespace_id: str, grant_ids: Sequence[str],
                     at_ms: int) -> RevocationCheck:
         """The live revocation port: which of ``grant_ids`` are revoked at ``at_ms``.

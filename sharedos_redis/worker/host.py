@@ -136,9 +136,9 @@ class MessagingHost:
             raise ConfigurationError(f"invalid namespace {self.namespace!r}: {exc}") from None
         s = self.settings
         self.grant_store = RedisGrantStore(self.redis)
-        live = None
+        live = chains = None  # the store's own ports serve only the grants it holds
         if self.grants is None:
-            self.grants = self.grant_store
+            self.grants = chains = self.grant_store
             live = self.grant_store if s.live_revocation else None
         self.usage = RedisGrantUsageStore(self.redis)
         self.audit = RedisAuditSink(self.redis, maxlen=s.audit_maxlen)
@@ -154,7 +154,7 @@ class MessagingHost:
         # a draining worker may hand back only turns whose effects can safely repeat
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
                              transport=EffectTrackingTransport(self.transport),
-                             router=self.router, revocations=live)
+                             router=self.router, revocations=live, chains=chains)
         telemetry().instrument_kernel(self.kernel)
 
     @classmethod

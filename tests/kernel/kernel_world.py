@@ -126,7 +126,7 @@ class World:
 def make_world(*grants: CapabilityGrant, transport: InMemoryTransport | None = None,
                router: InMemoryRouter | None = None, with_transport: bool = True,
                with_router: bool = True, clock: Callable[[], datetime] = lambda: T0,
-               live_revocation: bool = False) -> World:
+               live_revocation: bool = False, chains: bool = False) -> World:
     """A world holding ``grants``; transport and router configured unless told otherwise."""
     source = InMemoryGrantSource(grants)
     usage, audit = InMemoryGrantUsageStore(), InMemoryAuditSink()
@@ -141,5 +141,6 @@ def make_world(*grants: CapabilityGrant, transport: InMemoryTransport | None = N
 
     kernel = Kernel(grants=source, audit=audit, usage=usage, transport=transport, router=router,
                     message_ids=message_ids, clock=clock,
-                    revocations=source if live_revocation else None)
+                    revocations=source if live_revocation else None,
+                    chains=source if chains else None)
     return World(source, usage, audit, transport, router, kernel, issued)

@@ -90,11 +90,6 @@ ROWS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 
 DECLARED: dict[tuple[str, str], str] = {
-    ("replayed-grant", "ancestor-revoked"):
-        "delegated grants (parentGrantId) are not verified yet: they never allow "
-        "(delegation_chain_unverified), so a revoked ancestor cannot be told apart",
-    ("over-broad-delegation", "child-claims-more-than-its-parent"):
-        "delegated grants are not verified yet (delegation_chain_unverified)",
     ("escalation", "baseline"):
         "ExecutionResult has no escalated status yet",
     ("typed-governed-views", "view-bound-grant"):
@@ -126,7 +121,7 @@ def _with(grant_: CapabilityGrant, **changes: Any) -> CapabilityGrant:
 def workspace(*grants: CapabilityGrant, clock: Clock | None = None,
               resolve: RequirementResolver | None = None, output: Any = "text") -> World:
     """Alice's world: per-call files.read/files.write below files/workspace."""
-    world = make_world(TURN, *grants, clock=clock or Clock())
+    world = make_world(TURN, *grants, clock=clock or Clock(), chains=True)
 
     async def handler(ctx: AccessContext, call: ToolCall) -> Any:
         world.handled.append(call)
@@ -214,6 +209,51 @@ async def grant_revoked() -> list[str | None]:
     scratch = grant("g-scratch", ALICE, "files", ["workspace", "scratch"], ["read"],
                     scope="descendants")
     _, codes = await one_turn(workspace(revoked, scratch), reads("scratch/a", "report.md"))
+    return codes
+
+
+def _delegated(*, parent_actions: list[str], child_actions: list[str],
+               parent_revoked: bool = False) -> tuple[CapabilityGrant, CapabilityGrant]:
+    """The orchestrator's (the acting authority's) grant and its delegation to alice."""
+    from tests.kernel.kernel_world import AUTHORITY
+
+    def capability(actions: list[str]) -> dict[str, Any]:
+        return {"resource": {"namespace": "files", "path": ["workspace"]}, "actions": actions,
+                "scope": "descendants"}
+
+    issued = format_timestamp(T0 - timedelta(hours=2))
+    parent = CapabilityGrant.from_wire({
+        "id": "g-orchestrator", "namespaceId": NS, "subject": AUTHORITY.to_wire(),
+        "issuer": {"kind": "human", "userId": "olivia"},
+        "capabilities": [capability(parent_actions)], "constraints": {"delegationDepth": 1},
+        "issuedAt": issued,
+        **({"revokedAt": format_timestamp(T0 - timedelta(hours=1))} if parent_revoked else {})})
+    child = CapabilityGrant.from_wire({
+        "id": "g-delegated", "namespaceId": NS, "subject": ALICE.to_wire(),
+        "issuer": AUTHORITY.to_wire(), "capabilities": [capability(child_actions)],
+        "constraints": {}, "issuedAt": format_timestamp(T0 - timedelta(hours=1)),
+        "parentGrantId": "g-orchestrator"})
+    return parent, child
+
+
+async def ancestor_revoked() -> list[str | None]:
+    parent, child = _delegated(parent_actions=["read"], child_actions=["read"],
+                               parent_revoked=True)
+    scratch = grant("g-scratch", ALICE, "files", ["workspace", "scratch"], ["read"],
+                    scope="descendants")
+    _, codes = await one_turn(workspace(parent, child, scratch), reads("scratch/a", "report.md"))
+    return codes
+
+
+async def over_broad_delegation() -> list[str | None]:
+    parent, child = _delegated(parent_actions=["read"], child_actions=["read", "write"])
+    world = workspace(parent, child, WRITE_SCRATCH)
+
+    async def script(host: RuntimeHost) -> list[Any]:
+        return [await host.call("files.write", {"path": "scratch/a"}),
+                await host.call("files.write", {"path": "report.md"})]
+
+    _, codes = await one_turn(world, script)
     return codes
 
 
@@ -482,6 +522,10 @@ SCENARIOS: dict[tuple[str, str], tuple[Attempt, list[str | None]]] = {
     ("read-to-mutation", "baseline"): (read_to_mutation, [None, "no_matching_grant"]),
     ("expired-grant", "read-grant-expired"): (expired_grant, [None, "no_matching_grant"]),
     ("replayed-grant", "grant-revoked"): (grant_revoked, [None, "no_matching_grant"]),
+    ("replayed-grant", "ancestor-revoked"): (ancestor_revoked,
+                                            [None, "delegation_chain_invalid"]),
+    ("over-broad-delegation", "child-claims-more-than-its-parent"): (
+        over_broad_delegation, [None, "delegation_chain_invalid"]),
     ("revoked-mid-turn", "revoked-while-the-first-turn-runs"): (
         revoked_mid_turn, [None, None, "no_matching_grant"]),
     ("expired-mid-turn", "expired-while-the-turn-runs"): (

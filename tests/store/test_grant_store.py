@@ -11,7 +11,11 @@ from redis.asyncio import Redis
 
 from sharedos_redis.errors import ConfigurationError, ContractError
 from sharedos_redis.kernel.contracts import agent, human, timestamp_ms
-from sharedos_redis.kernel.ports import GrantRevocationSource, GrantSource
+from sharedos_redis.kernel.ports import (
+    DelegationChainResolver,
+    GrantRevocationSource,
+    GrantSource,
+)
 from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.keys import Keys
 
@@ -133,5 +137,24 @@ async def test_revocations_are_retained_and_read_live(redis: Redis, ns: str) -> 
         assert (await port.check(ns, ["g-1"], at - 1)).revoked == frozenset()  # not yet
         with pytest.raises(ConfigurationError):  # a revoked id is never issued again
             await store.put(make_grant(ns, "g-1"))
+    finally:
+        await drop_namespace(redis, ns)
+
+
+async def test_a_chain_is_read_by_id_in_one_script(redis: Redis, ns: str) -> None:
+    store = RedisGrantStore(redis)
+    port: DelegationChainResolver = store
+    root = make_grant(ns, "g-root", subject=agent("orchestrator"), issuer=human("olivia"),
+                      constraints={"delegationDepth": 2})
+    mid = make_grant(ns, "g-mid", subject=agent("host"), issuer=agent("orchestrator"),
+                     parentGrantId="g-root", constraints={"delegationDepth": 1})
+    leaf = make_grant(ns, "g-leaf", issuer=agent("host"), parentGrantId="g-mid")
+    try:
+        for grant in (root, mid, leaf):
+            await store.put(grant)
+        assert [g.id for g in await port.chain(ns, "g-leaf", 17)] == ["g-leaf", "g-mid", "g-root"]
+        assert [g.id for g in await port.chain(ns, "g-leaf", 2)] == ["g-leaf", "g-mid"]
+        assert await port.chain(ns, "g-unknown", 17) == []
+        assert [g.id for g in await port.chain(f"{ns}-x", "g-leaf", 17)] == []
     finally:
         await drop_namespace(redis, ns)
