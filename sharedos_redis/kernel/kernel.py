@@ -36,6 +36,7 @@ from .contracts import (
     format_timestamp,
     timestamp_ms,
 )
+from .escalation import ESCALATE, ESCALATE_TOOL, ESCALATE_TOOL_NAMESPACE
 from .ids import new_id
 from .messaging import (
     MESSAGES_REQUEST,
@@ -128,7 +129,7 @@ class Kernel:
                                                revocations=revocations, chains=chains)
         self.audit = audit
         self.clock = clock
-        self._tools = ToolRegistry(reserved=frozenset({MESSAGES_REQUEST}))
+        self._tools = ToolRegistry(reserved=frozenset({MESSAGES_REQUEST, ESCALATE}))
         self._messaging = MessageService(authorizer=self.authorizer, audit=audit,
                                          transport=transport, router=router,
                                          message_ids=message_ids, clock=clock)
@@ -169,6 +170,8 @@ class Kernel:
                 tools.append(entry.definition)
         if await self._messaging.request_unavailable(context) is None:
             tools.append(MESSAGES_REQUEST_TOOL)
+        if ESCALATE_TOOL_NAMESPACE in enabled:
+            tools.append(ESCALATE_TOOL)  # grants nothing; a running turn handles the call
         await record_outcome(self.audit, audit_event(
             context, "tool.catalog.listed", "succeeded", at=self._now(),
             metadata={"count": len(tools)}))
@@ -196,6 +199,9 @@ class Kernel:
             outcome = ToolOutcome(tool_denied(call, self._now(), "stale_request"))
         elif call.tool == MESSAGES_REQUEST:
             outcome = await self._messaging.request(context, call)
+        elif call.tool == ESCALATE:  # only a running turn can end itself escalated
+            outcome = ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"),
+                                  cause="turn_only")
         else:
             outcome = await self._invoke_registered(context, call)
         await self._audit_invoked(context, call, outcome)

@@ -52,6 +52,7 @@ MessagingReason = Literal[
 ]
 
 TurnReason = Literal[
+    "escalation_requested",
     "actor_mismatch",
     "receiver_mismatch",
     "tool_call_limit_exceeded",
@@ -82,6 +83,7 @@ HostReason = Literal[
     "recipient_turn_denied",
     "recipient_turn_failed",
     "recipient_turn_cancelled",
+    "recipient_turn_escalated",
     "recipient_turn_interrupted",
     "reply_too_large",
 ]

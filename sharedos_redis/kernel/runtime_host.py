@@ -33,6 +33,7 @@ from .audit import audit_event
 from .contracts import (
     AccessContext,
     AgentAddress,
+    Escalation,
     ExecutionEvent,
     ExecutionOptions,
     JsonValue,
@@ -43,8 +44,9 @@ from .contracts import (
     format_timestamp,
     parse_wire,
 )
+from .escalation import ESCALATE, escalation_reason
 from .kernel import Kernel
-from .tools import record_outcome, tool_denied
+from .tools import record_outcome, tool_denied, tool_failed, tool_succeeded
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -190,6 +192,7 @@ class TurnHost:
         self._step: int | None = None
         self._tool_calls = 0
         self.closed = False
+        self.escalation: Escalation | None = None
 
     @property
     def limits(self) -> TurnLimits:
@@ -255,6 +258,8 @@ class TurnHost:
                 refusal = ("step_limit_exceeded", "step_limit")
             elif call.tool not in self._offered:
                 refusal = ("tool_unavailable", "not_offered")
+        if refusal is None and call.tool == ESCALATE:
+            return await self._escalate(call)
         if refusal is None:
             return await self._kernel.invoke_tool(self._context, call, within_turn=True)
         code, cause = refusal
@@ -263,3 +268,18 @@ class TurnHost:
             self._context, "tool.invoked", "denied", at=result.completed_at, tool=call.tool,
             operation_id=call.id, reason=code, cause=cause))
         return result
+
+    async def _escalate(self, call: ToolCall) -> ToolResult:
+        """Record the turn's request for a human (once); the turn then ends ``escalated``."""
+        at = format_timestamp(self._kernel.clock())
+        try:
+            reason = escalation_reason(call)
+        except ContractError:
+            return tool_failed(call, at, "invalid_tool_arguments")
+        if self.escalation is None:
+            self.escalation = Escalation(reason=reason, reviewer=self._context.owner,
+                                         requested_at=at)
+            await record_outcome(self._kernel.audit, audit_event(
+                self._context, "escalation.requested", "escalated", at=at, tool=call.tool,
+                operation_id=call.id, reason="escalation_requested"))
+        return tool_succeeded(call, at, {"escalation": "pending"})

@@ -24,8 +24,10 @@ from ..errors import ContractError, TurnFailure
 from .audit import audit_event
 from .contracts import (
     AuditOutcome,
+    Escalation,
     ExecutionCancelled,
     ExecutionDenied,
+    ExecutionEscalated,
     ExecutionFailed,
     ExecutionRequest,
     ExecutionResult,
@@ -70,6 +72,7 @@ _RUNTIME_FAILURES = frozenset({"driver_failed", "invalid_driver_decision",
 
 _AUDIT_OUTCOME: dict[str, AuditOutcome] = {
     "succeeded": "succeeded", "denied": "denied", "failed": "failed", "cancelled": "failed",
+    "escalated": "escalated",
 }
 
 
@@ -202,6 +205,9 @@ class TurnExecutor:
                 host.closed = True
         if deadline.cancel_called:
             return await self._end(request, log, started, "cancelled", "turn_cancelled")
+        if host.escalation is not None:  # asked for a human: whatever it returned or raised
+            return await self._end(request, log, started, "escalated", "escalation_requested",
+                                   escalation=host.escalation)
         if failure is not None:
             return await self._end(request, log, started, "failed", failure)
         try:
@@ -211,12 +217,15 @@ class TurnExecutor:
         return await self._end(request, log, started, "succeeded", None, checked)
 
     async def _end(self, request: ExecutionRequest, log: EventLog, started: str, status: str,
-                   code: str | None, output: JsonValue = None) -> ExecutionResult:
+                   code: str | None, output: JsonValue = None,
+                   escalation: Escalation | None = None) -> ExecutionResult:
         log.append("turn.ended", {"status": status, **({"code": code} if code else {})})
         await self._audit(request, "turn.ended", status, code)
         common = self._common(request, log, started)
         if status == "succeeded":
             return ExecutionSucceeded(**common, output=output)
+        if escalation is not None:
+            return ExecutionEscalated(**common, escalation=escalation)
         if status == "cancelled":
             return ExecutionCancelled(**common, error=protocol_error(code or "turn_cancelled"))
         return ExecutionFailed(**common, error=protocol_error(code or "runtime_failed"))

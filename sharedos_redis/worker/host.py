@@ -198,10 +198,13 @@ class MessagingHost:
 
     @property
     def tool_definitions(self) -> tuple[ToolDefinition, ...]:
-        """Every registered tool, ``messages.request`` included."""
+        """Every registered tool, ``messages.request`` and ``sharedos.escalate`` included
+        (an agent is offered the latter only with ``sharedos`` in its tool namespaces)."""
+        from ..kernel.escalation import ESCALATE_TOOL
         from ..kernel.messaging import MESSAGES_REQUEST_TOOL
 
-        return (MESSAGES_REQUEST_TOOL, *(tool.definition for tool in self._tools))
+        return (MESSAGES_REQUEST_TOOL, ESCALATE_TOOL,
+                *(tool.definition for tool in self._tools))
 
     def agent_spec(self, agent_id: str) -> AgentSpec | None:
         """The host's policy for ``agent_id``, or None when the host does not run it."""

@@ -23,6 +23,7 @@ from ..faults import fault_point
 from ..kernel.contracts import (
     ExecutionCancelled,
     ExecutionDenied,
+    ExecutionEscalated,
     ExecutionFailed,
     ExecutionResult,
     ExecutionSucceeded,
@@ -44,6 +45,7 @@ _FAILURE_CODES: Final = {
     "denied": "recipient_turn_denied",
     "failed": "recipient_turn_failed",
     "cancelled": "recipient_turn_cancelled",
+    "escalated": "recipient_turn_escalated",
 }
 
 
@@ -242,7 +244,8 @@ class TurnRunner:
             if not settlement.settled:
                 log.info("reply to %s refused: %s", request.id, settlement.code)
             return "replied" if settlement.settled else settlement.code
-        assert isinstance(result, ExecutionDenied | ExecutionFailed | ExecutionCancelled)
+        assert isinstance(result, ExecutionDenied | ExecutionFailed | ExecutionCancelled
+                          | ExecutionEscalated)
         code = failure_code(result)
         await markers.settle_failure(namespace, request.id, state="failed", code=code)
         return code

@@ -90,8 +90,6 @@ ROWS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 )
 
 DECLARED: dict[tuple[str, str], str] = {
-    ("escalation", "baseline"):
-        "ExecutionResult has no escalated status yet",
     ("typed-governed-views", "view-bound-grant"):
         "typed governed views (SharedOS ADR 0019) belong to a resource plane serving "
         "records; a messaging host serves none",
@@ -413,6 +411,30 @@ async def grant_material() -> list[str | None]:
     return [*codes, "no_grant_material_reachable" if authority_in(*seen) == [] else "reached"]
 
 
+async def escalation() -> list[str | None]:
+    from sharedos_redis.kernel.escalation import ESCALATE, ESCALATE_TOOL
+
+    world = workspace(READ_WS)
+
+    class Runtime:
+        async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+            codes.append(_code(await host.call("files.read", {"path": "a"})))
+            codes.append(_code(await host.call("files.write", {"path": "a"})))
+            codes.append(_code(await host.call(ESCALATE, {"reason": "writes need a human"})))
+            return None
+
+    codes: list[str | None] = []
+    request = execution(tools=(*(file_tool(f"files.{a}", WORKSPACE, a) for a in ("read",
+                                                                                 "write")),
+                               ESCALATE_TOOL))
+    request = request.model_copy(update={"context": context(
+        ALICE, namespaces=("files", "sharedos"))})
+    result = await TurnExecutor(world.kernel, Runtime()).execute(request)
+    assert [e.type for e in world.audit_of("escalation.requested")] == ["escalation.requested"]
+    ended = "escalation_requested" if result.status == "escalated" else result.status
+    return [*codes, ended]
+
+
 async def rollback_unavailable() -> list[str | None]:
     world = workspace(READ_WS, WRITE_SCRATCH)
 
@@ -545,6 +567,8 @@ SCENARIOS: dict[tuple[str, str], tuple[Attempt, list[str | None]]] = {
     ("budget-exceeded", "step-ceiling"): (step_ceiling, [None, None, "step_limit_exceeded"]),
     ("grant-material", "baseline"): (grant_material, [None, "no_grant_material_reachable"]),
     ("rollback-unavailable", "baseline"): (rollback_unavailable, [None, "tool_unavailable"]),
+    ("escalation", "baseline"): (escalation, [None, "tool_unavailable", None,
+                                              "escalation_requested"]),
     ("rollback-out-of-scope", "restore-confined-to-scratch"): (
         rollback_out_of_scope, [None, "no_matching_grant"]),
     ("broker-ungranted", "broker-unattached"): (

@@ -81,13 +81,14 @@ def answer(payload: JsonValue) -> Script:
     return script
 
 
-def make_host(redis: Redis, ns: str, scripts: Mapping[str, Script], **settings: Any
+def make_host(redis: Redis, ns: str, scripts: Mapping[str, Script], *,
+              tool_namespaces: tuple[str, ...] = ("messages", "files"), **settings: Any
               ) -> MessagingHost:
     values: dict[str, Any] = {"request_timeout_s": 10, "turn_timeout_s": 8, "lease_s": 5,
                               "reconcile_interval_s": 0.2}
     values.update(settings)
     agents = {name: AgentSpec(ScriptedRuntime(script), authority=OWNER, owner=OWNER,
-                              tool_namespaces=("messages", "files"))
+                              tool_namespaces=tool_namespaces)
               for name, script in scripts.items()}
     return MessagingHost(redis, namespace=ns, agents=agents, settings=HostSettings(**values))
 

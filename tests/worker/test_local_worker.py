@@ -192,3 +192,22 @@ async def test_a_reply_over_the_limit_fails_the_request_and_stores_nothing(
         elif kind == b"stream":
             stored += [v for _, fields in await redis.xrange(key) for v in fields.values()]
     assert stored and not any(b"HUGE-REPLY" in value for value in stored)
+
+
+async def test_an_escalated_recipient_turn_is_a_typed_outcome_for_the_requester(
+        redis: Redis, ns: str, cleanup: None) -> None:
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        await host.call("sharedos.escalate", {"reason": "a human must approve this"})
+        return "unused"
+
+    host = make_host(redis, ns, {"bob": ask("alice", {}), "alice": alice},
+                     tool_namespaces=("messages", "files", "sharedos"))
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
+              invoke_grant(ns, "alice"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(10):
+            result = await host.start_turn("bob", {}, purpose="atlas-status")
+    failed = output(result)
+    assert failed["status"] == "failed"
+    assert failed["error"]["details"] == {"outcome": "recipient_turn_escalated"}
+    assert await host.router.pending(ns) == []

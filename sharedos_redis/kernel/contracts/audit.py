@@ -20,6 +20,7 @@ AuditEventType = Literal[
     "turn.admitted",
     "turn.denied",
     "turn.ended",
+    "escalation.requested",
     # host events (the Redis delivery path)
     "message.accepted",
     "message.refused",
@@ -35,7 +36,7 @@ AuditEventType = Literal[
     "budget.set",
 ]
 AUDIT_EVENT_TYPES: frozenset[str] = frozenset(get_args(AuditEventType))
-AuditOutcome = Literal["allowed", "denied", "succeeded", "failed"]
+AuditOutcome = Literal["allowed", "denied", "succeeded", "failed", "escalated"]
 
 
 class AuditEvent(Versioned):

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from ._base import Contract, Identifier, JsonObject, JsonValue, Lax, Timestamp, Versioned
-from .address import AgentAddress
+from .address import Address, AgentAddress
 from .authorization import AccessContext
 from .messages import MessageEnvelope, ProtocolError
 from .tools import ToolDefinition
@@ -16,7 +16,9 @@ __all__ = [
     "MAX_EXECUTION_TIMEOUT_MS",
     "MAX_EXECUTION_TOOL_CALLS",
     "ExecutionCancelled",
+    "Escalation",
     "ExecutionDenied",
+    "ExecutionEscalated",
     "ExecutionEvent",
     "ExecutionFailed",
     "ExecutionOptions",
@@ -99,7 +101,30 @@ class ExecutionCancelled(_ResultBase):
     error: ProtocolError | None = None
 
 
+class Escalation(Contract):
+    """A runtime's request that a human decide (SharedOS ADR 0011): a record, never authority.
+
+    The reviewer is assumed (the owner the turn runs for); ``status`` is always
+    ``pending``: nothing inside the host advances it. Resolving it is issuing a grant,
+    which the next turn loads.
+    """
+
+    reason: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
+                                             max_length=4096)]
+    reviewer: Address
+    requested_at: Timestamp
+    status: Literal["pending"] = "pending"
+
+
+class ExecutionEscalated(_ResultBase):
+    """The runtime stopped and asked for a human (``escalation_requested``); no error."""
+
+    status: Literal["escalated"] = "escalated"
+    escalation: Escalation
+
+
 ExecutionResult = Annotated[
-    ExecutionSucceeded | ExecutionDenied | ExecutionFailed | ExecutionCancelled,
+    ExecutionSucceeded | ExecutionDenied | ExecutionFailed | ExecutionCancelled
+    | ExecutionEscalated,
     Field(discriminator="status"),
 ]
