@@ -47,6 +47,7 @@ from .contracts import (
     AuthorizationDecision,
     CapabilityGrant,
     CapabilityRequirement,
+    ResourceRef,
     format_timestamp,
     timestamp_ms,
 )
@@ -65,6 +66,8 @@ from .ports import (
     GrantRevocationSource,
     GrantSource,
     GrantUsageStore,
+    HostCeiling,
+    PolicySource,
 )
 from .usage import UseReservation
 
@@ -85,6 +88,8 @@ class CapabilityAuthorizer:
         revocations: live revocation (ADR 0027); None keeps revocation snapshot-bound.
         chains: the trusted resolver of delegated grants' ancestors; None makes every
             delegated grant unverifiable.
+        ceiling / policies: the host ceiling (ADR 0020) and the policy it reads, loaded
+            once per snapshot; None: the grants are the only policy.
     """
 
     def __init__(
@@ -92,9 +97,11 @@ class CapabilityAuthorizer:
         clock: Callable[[], datetime] | None = None,
         revocations: GrantRevocationSource | None = None,
         chains: DelegationChainResolver | None = None,
+        ceiling: HostCeiling | None = None,
+        policies: PolicySource | None = None,
     ) -> None:
         self._grants = grants
-        self._gates = Gates(chains, revocations)
+        self._gates = Gates(chains, revocations, ceiling, policies)
         self._usage = usage
         self._audit = audit
         self._clock = clock
@@ -181,24 +188,33 @@ class CapabilityAuthorizer:
             return False
         operation_ms = self._operation_ms()
         walk = Walk(at_ms=max(now_ms, operation_ms or now_ms))
+        reach = CapabilityRequirement(resource=ResourceRef(namespace=namespace, path=()),
+                                      action=action)
         for grant in grants:
-            if not self._eligible(grant, context, now_ms, operation_ms):
-                continue
-            if not any(capability_reaches(capability, namespace, action, context.owner)
-                       for capability in grant.capabilities):
+            if not self._eligible(grant, context, now_ms, operation_ms) or not any(
+                    capability_reaches(capability, namespace, action, context.owner)
+                    for capability in grant.capabilities):
                 continue
             chain = await self._gates.chain(context, grant, walk, now_ms, operation_ms)
             if chain is None:
                 continue
-            revoked = await self._gates.revoked(context, chain, walk)
-            if revoked is not False:
-                if isinstance(revoked, Outcome):
-                    return False  # an outage is never an empty reachable surface
-                continue
-            max_uses = grant.constraints.max_uses
-            if max_uses is None or await self._spend(context, grant, max_uses, False) is True:
-                return True
+            reached = await self._reaches(context, reach, grant, walk, chain)
+            if reached is not None:
+                return reached
         return False
+
+    async def _reaches(self, context: AccessContext, reach: CapabilityRequirement,
+                       grant: CapabilityGrant, walk: Walk, chain: list[str]) -> bool | None:
+        """One reaching candidate past the gates: True/False decides, None walks on."""
+        revoked = await self._gates.revoked(context, chain, walk)
+        if isinstance(revoked, Outcome):
+            return False  # an outage is never an empty reachable surface
+        if revoked or await self._gates.narrow(context, reach, grant.id, walk) is not None:
+            return None
+        max_uses = grant.constraints.max_uses
+        if max_uses is None or await self._spend(context, grant, max_uses, False) is True:
+            return True
+        return None
 
     async def _decide(
         self,
@@ -274,7 +290,7 @@ class CapabilityAuthorizer:
             ancestors = await self._gates.chain(context, grant, walk, now_ms, operation_ms)
             if ancestors is None:
                 continue
-            decided = await self._candidate(context, grant, walk, mode, ancestors)
+            decided = await self._candidate(context, requirement, grant, walk, mode, ancestors)
             if decided is not None:
                 return decided
         if walk.exhausted:
@@ -285,15 +301,19 @@ class CapabilityAuthorizer:
             return walk.end("delegation_chain_invalid", cause=walk.invalid[0])
         return walk.end("no_matching_grant")
 
-    async def _candidate(self, context: AccessContext, grant: CapabilityGrant, walk: Walk,
-                         mode: Mode, chain: list[str]) -> Outcome | None:
+    async def _candidate(self, context: AccessContext, requirement: CapabilityRequirement,
+                         grant: CapabilityGrant, walk: Walk, mode: Mode,
+                         chain: list[str]) -> Outcome | None:
         """A matching grant with a valid chain: the revocation gate over the whole chain,
-        then use accounting; None walks on."""
+        the host ceiling, then use accounting; None walks on."""
         revoked = await self._gates.revoked(context, chain, walk)
         if isinstance(revoked, Outcome):
             return revoked
         if revoked:
             return None
+        narrowed = await self._gates.narrow(context, requirement, grant.id, walk)
+        if narrowed is not None:
+            return narrowed
         max_uses = grant.constraints.max_uses
         if max_uses is None or not mode.uses:
             return walk.end("allowed", grant.id)

@@ -1,23 +1,31 @@
-"""The authorizer's two per-candidate gates: the delegation chain and live revocation.
+"""The authorizer's per-candidate gates: delegation chain, live revocation, host ceiling.
 
 Owns :class:`Gates` and the per-turn grant snapshot (:data:`SNAPSHOT`). A
 candidate grant that covers the request is checked here, in SharedOS's order:
 its chain is resolved from the trusted resolver and validated (ADR 0008), then
 one read of the live revocation source covers the candidate and every ancestor
-(ADR 0027), before the host ceiling and use accounting. Private to
+(ADR 0027), then the host ceiling may narrow the allowed decision (ADR 0020),
+before use accounting. Private to
 :mod:`~sharedos_redis.kernel.authorizer`. Imports no I/O library.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any
 
 from ._decision import Outcome, Walk
-from .contracts import AccessContext, CapabilityGrant
+from .contracts import AccessContext, AuthorizationDecision, CapabilityGrant, CapabilityRequirement
 from .delegation import MAX_DELEGATION_LINKS, chain_problem
-from .ports import DelegationChainResolver, GrantRevocationSource, RevocationCheck
+from .ports import (
+    DelegationChainResolver,
+    GrantRevocationSource,
+    HostCeiling,
+    PolicySource,
+    RevocationCheck,
+)
 
 __all__ = ["SNAPSHOT", "Gates"]
 
@@ -27,11 +35,14 @@ SNAPSHOT: ContextVar[dict[tuple[str, Any, Any], Any] | None] = ContextVar(
 
 
 class Gates:
-    """The chain and revocation gates of one authorizer (either port may be absent)."""
+    """The chain, revocation and ceiling gates of one authorizer (any port may be absent)."""
 
     def __init__(self, chains: DelegationChainResolver | None,
-                 revocations: GrantRevocationSource | None) -> None:
+                 revocations: GrantRevocationSource | None,
+                 ceiling: HostCeiling | None = None,
+                 policies: PolicySource | None = None) -> None:
         self._chains, self._revocations = chains, revocations
+        self._ceiling, self._policies = ceiling, policies
 
     async def chain(self, context: AccessContext, grant: CapabilityGrant, walk: Walk,
                     now_ms: int, operation_ms: int | None) -> list[str] | None:
@@ -91,3 +102,41 @@ class Gates:
         walk.checks.append({"checked": checked, "status": "checked",
                             "revision": answer.revision, "revoked": revoked})
         return bool(revoked)
+
+    async def narrow(self, context: AccessContext, requirement: CapabilityRequirement,
+                     grant_id: str, walk: Walk) -> Outcome | None:
+        """The host ceiling on an allowed candidate: None keeps it allowed, else the denial
+        (``host_policy_denied``) or the fail-closed ``host_policy_unavailable``."""
+        if self._ceiling is None:
+            return None
+        try:
+            policy = await self._policy(context)
+            allowed = AuthorizationDecision(allowed=True, reason_code="allowed",
+                                            matched_grant_id=grant_id)
+            answer: object = self._ceiling.narrow(allowed, requirement, context, policy)
+        except Exception:  # a broken port or policy load: fail closed
+            return walk.end("host_policy_unavailable", grant_id, fail_closed=True,
+                            cause="host_ceiling_failed")
+        if inspect.iscoroutine(answer):
+            answer.close()  # an async ceiling: refused unrun (the contract is synchronous)
+        if not isinstance(answer, AuthorizationDecision) or (
+                answer.allowed and (answer.matched_grant_id != grant_id
+                                    or answer.reason_code != "allowed")):
+            # an awaitable (not synchronous) or a widened/altered allow: a malfunction
+            return walk.end("host_policy_unavailable", grant_id, fail_closed=True,
+                            cause="host_ceiling_malfunction")
+        return None if answer.allowed else walk.end("host_policy_denied", grant_id,
+                                                    cause="host_ceiling")
+
+    async def _policy(self, context: AccessContext) -> object:
+        """The host policy for ``context``: loaded once per snapshot (per turn)."""
+        if self._policies is None:
+            return None
+        cache = SNAPSHOT.get()
+        key = ("policy", context.namespace_id, context.actor)
+        if cache is not None and key in cache:
+            return cache[key]
+        policy = await self._policies.load(context)
+        if cache is not None:
+            cache[key] = policy
+        return policy

@@ -50,8 +50,10 @@ from .ports import (
     GrantRevocationSource,
     GrantSource,
     GrantUsageStore,
+    HostCeiling,
     MessageRequestRouter,
     MessageTransport,
+    PolicySource,
 )
 from .requirements import RequirementResolver, resolve_call_requirement
 from .tools import (
@@ -110,6 +112,8 @@ class Kernel:
             the grants it was admitted with and a revocation reaches the next turn.
         chains: the trusted resolver of delegated grants' ancestors (ADR 0008); without
             it a delegated grant allows nothing (``delegation_chain_unverified``).
+        ceiling / policies: the host ceiling (ADR 0020), which can only deny
+            (``host_policy_denied``), and the policy it reads, loaded once per turn.
 
     Attributes:
         authorizer: the :class:`CapabilityAuthorizer` every decision goes through.
@@ -124,9 +128,12 @@ class Kernel:
                  message_ids: Callable[[], str] = new_id,
                  clock: Callable[[], datetime] = utc_now,
                  revocations: GrantRevocationSource | None = None,
-                 chains: DelegationChainResolver | None = None) -> None:
+                 chains: DelegationChainResolver | None = None,
+                 ceiling: HostCeiling | None = None,
+                 policies: PolicySource | None = None) -> None:
         self.authorizer = CapabilityAuthorizer(grants, usage, audit, clock=clock,
-                                               revocations=revocations, chains=chains)
+                                               revocations=revocations, chains=chains,
+                                               ceiling=ceiling, policies=policies)
         self.audit = audit
         self.clock = clock
         self._tools = ToolRegistry(reserved=frozenset({MESSAGES_REQUEST, ESCALATE}))

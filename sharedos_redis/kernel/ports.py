@@ -15,7 +15,9 @@ from .contracts import (
     AccessContext,
     Address,
     AuditEvent,
+    AuthorizationDecision,
     CapabilityGrant,
+    CapabilityRequirement,
     MessageDeliveryResult,
     MessageEnvelope,
 )
@@ -27,8 +29,10 @@ __all__ = [
     "GrantRevocationSource",
     "GrantSource",
     "GrantUsageStore",
+    "HostCeiling",
     "MessageRequestRouter",
     "MessageTransport",
+    "PolicySource",
     "RevocationCheck",
 ]
 
@@ -84,6 +88,28 @@ class DelegationChainResolver(Protocol):
         Stops early where a grant names no parent or the parent is not found (the
         kernel then reports the chain unverifiable); raise to fail it unverified too.
         """
+        ...
+
+
+class PolicySource(Protocol):
+    """The host's own policy (SharedOS ADR 0020), loaded once per turn beside the grants."""
+
+    async def load(self, context: AccessContext, /) -> object:
+        """The policy for ``context`` (opaque to the kernel); raise to fail closed."""
+        ...
+
+
+class HostCeiling(Protocol):
+    """Host policy that can only narrow an allowed decision (``host_policy_denied``).
+
+    Synchronous by contract: it decides against the already-loaded policy, never a
+    store or a model. It is shown only allowed decisions; it may return the decision
+    it was given or a denial, anything else (or a raise) is ``host_policy_unavailable``.
+    """
+
+    def narrow(self, decision: AuthorizationDecision, requirement: CapabilityRequirement,
+               context: AccessContext, policy: object, /) -> AuthorizationDecision:
+        """The decision, or a denial."""
         ...
 
 

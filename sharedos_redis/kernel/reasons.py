@@ -30,6 +30,7 @@ AuthorizationReason = Literal[
     "delegation_chain_invalid",
     "delegation_chain_unverified",
     "host_policy_denied",
+    "host_policy_unavailable",
 ]
 
 MessagingReason = Literal[

@@ -31,6 +31,8 @@ Key (type) — owner — lifetime:
 - ``sos:{ns}:revocations`` (hash grant id → revoked-from epoch ms) and
   ``sos:{ns}:revocations:revision`` (string int) — grant store: retained
   revocations, read per decision by live revocation (no TTL).
+- ``sos:{ns}:policy:deny`` (set of ``<resource namespace>:<action>``) — host policy:
+  deny rules of the host ceiling, set by an operator (no TTL; empty by default).
 - ``sos:{ns}:usage`` (hash grant id → uses spent) — usage store.
 - ``sos:{ns}:audit`` (stream, MAXLEN ~) — audit sink.
 - ``sos:{ns}:dead`` (stream, MAXLEN ~) — dead letters ``{id, reason, at}``; reason
@@ -154,6 +156,11 @@ class Keys:
     def revocation_revision(self) -> str:
         """String: incremented by every recorded revocation."""
         return f"{self.prefix}revocations:revision"
+
+    @property
+    def policy_deny(self) -> str:
+        """Set: the host ceiling's deny rules ``<resource namespace>:<action>``."""
+        return f"{self.prefix}policy:deny"
 
     @property
     def usage(self) -> str:

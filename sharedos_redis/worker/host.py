@@ -51,6 +51,7 @@ from ..store.budget import TraceBudget
 from ..store.client import RedisSettings, create_redis
 from ..store.grants import RedisGrantStore
 from ..store.markers import MarkerStore
+from ..store.policy import RedisHostPolicy
 from ..store.usage import RedisGrantUsageStore
 from ..transport.deadlines import deadline_scope
 from ..transport.transport import RedisStreamTransport, TransportSettings
@@ -141,6 +142,7 @@ class MessagingHost:
             self.grants = chains = self.grant_store
             live = self.grant_store if s.live_revocation else None
         self.usage = RedisGrantUsageStore(self.redis)
+        self.policy = RedisHostPolicy(self.redis)
         self.audit = RedisAuditSink(self.redis, maxlen=s.audit_maxlen)
         self.budget = TraceBudget(self.redis, default_hops=s.default_budget_hops)
         self.transport = RedisStreamTransport(self.redis, settings=TransportSettings(
@@ -154,7 +156,9 @@ class MessagingHost:
         # a draining worker may hand back only turns whose effects can safely repeat
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
                              transport=EffectTrackingTransport(self.transport),
-                             router=self.router, revocations=live, chains=chains)
+                             router=self.router, revocations=live, chains=chains,
+                             ceiling=self.policy if s.host_ceiling else None,
+                             policies=self.policy if s.host_ceiling else None)
         telemetry().instrument_kernel(self.kernel)
 
     @classmethod

@@ -38,6 +38,10 @@ class HostSettings(BaseModel):
             poll (re-wakes after crashes and overflow always go through arq).
         drain_grace_s: on SIGTERM/SIGINT, how long running turns may finish before the
             worker hands them back (or interrupts those that may not run again).
+        host_ceiling: install the Redis host ceiling (``store.policy.RedisHostPolicy``):
+            operator deny rules that can only narrow an allowed decision
+            (``host_policy_denied``), loaded once per turn. Off: the grants are the
+            whole policy and no round trip is spent on it.
         max_reply_bytes: the largest reply payload stored (compact UTF-8 JSON); a larger
             reply fails its request ``reply_too_large``. None: the request limit.
         live_revocation: with the Redis grant store, a revocation reaches the next
@@ -63,6 +67,7 @@ class HostSettings(BaseModel):
     drain_grace_s: float = Field(10.0, ge=0)
     live_revocation: bool = True
     max_reply_bytes: int | None = Field(None, gt=0)
+    host_ceiling: bool = False
 
     @model_validator(mode="after")
     def _deadline_tree(self) -> Self:

@@ -211,3 +211,25 @@ async def test_an_escalated_recipient_turn_is_a_typed_outcome_for_the_requester(
     assert failed["status"] == "failed"
     assert failed["error"]["details"] == {"outcome": "recipient_turn_escalated"}
     assert await host.router.pending(ns) == []
+
+
+async def test_the_redis_host_ceiling_denies_what_an_operator_rules_out(
+        redis: Redis, ns: str, cleanup: None) -> None:
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        result = await host.call("files.alice", {})
+        return result.error.code if result.status != "succeeded" else "read"
+
+    host = make_host(redis, ns, {"bob": ask("alice", {}), "alice": alice}, host_ceiling=True)
+    host.register_tool(tool("files.alice", "files", ("alice",)), read_file_handler)
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
+              invoke_grant(ns, "alice"), grant(ns, "alice", "files", ("alice",), "read"))
+    async with host, LocalWorker(host):
+        with anyio.fail_after(10):
+            before = output(await host.start_turn("bob", {}, purpose="atlas-status"))
+        await host.policy.deny(ns, "files", "read")
+        with anyio.fail_after(10):
+            after = output(await host.start_turn("bob", {}, purpose="atlas-status"))
+    assert before["output"] == "read"
+    assert after["output"] == "tool_unavailable"  # the ceiling hides what it refuses
+    events = [e for _, e in await host.audit.read(ns)]
+    assert any(e.reason == "host_policy_denied" for e in events)
