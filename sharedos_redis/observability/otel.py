@@ -141,14 +141,15 @@ class OtelTelemetry(Telemetry):
         invoke = kernel.invoke_tool
 
         async def invoke_tool(context: AccessContext, call: ToolCall | Mapping[str, Any],
-                              ) -> ToolResult:
+                              **options: Any) -> ToolResult:
+            # options (within_turn) pass through untouched: the wrapper only observes
             tool = call.tool if isinstance(call, ToolCall) else str(call.get("tool", ""))
             if tool == MESSAGES_REQUEST:
-                return await self._request(invoke, context, call)
+                return await self._request(invoke, context, call, **options)
             attrs = {n.NAMESPACE: context.namespace_id, n.SENDER: _address(context.actor),
                      n.TOOL: tool, n.TRACE_ID: context.trace_id}
             with self._span(n.SPAN_TOOL, attrs) as span:
-                result = await invoke(context, call)
+                result = await invoke(context, call, **options)
                 span.outcome(outcome_code(result))
             self._tools.add(1, {n.NAMESPACE: context.namespace_id, n.TOOL: tool,
                                 n.STATUS: result.status})
@@ -158,13 +159,13 @@ class OtelTelemetry(Telemetry):
         setattr(kernel, "invoke_tool", invoke_tool)  # noqa: B010 - mypy forbids method-assign
 
     async def _request(self, invoke: Any, context: AccessContext,
-                       call: ToolCall | Mapping[str, Any]) -> ToolResult:
+                       call: ToolCall | Mapping[str, Any], **options: Any) -> ToolResult:
         attrs = {n.NAMESPACE: context.namespace_id, n.SENDER: _address(context.actor),
                  n.PURPOSE: context.purpose, n.TRACE_ID: context.trace_id,
                  n.TOOL: MESSAGES_REQUEST}
         started = time.perf_counter()
         with self._span(n.SPAN_REQUEST, attrs, kind=SpanKind.PRODUCER) as span:
-            result: ToolResult = await invoke(context, call)
+            result: ToolResult = await invoke(context, call, **options)
             code = "replied" if result.status == "succeeded" else outcome_code(result)
             bucket = bucket_of(code)
             span.outcome(code)
