@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 
 from ..errors import SharedOSError, StoreUnavailable
 from ..faults import fault_point
-from ..store.boundary import STORE_ERRORS, store_unavailable
+from ..store.boundary import STORE_ERRORS, Backoff, store_unavailable
 from ..store.keys import TERMINAL_STATES, Keys
 
 __all__ = ["Settled", "SettledListener", "WaitSlot", "guarded"]
@@ -134,7 +134,7 @@ class SettledListener:
         """The loop: read, wake, drop idle namespaces; reconnect and re-check on errors."""
         conn: Redis = self._redis.client()
         task_status.started()
-        backoff_s = 0.05
+        backoff = Backoff("settlement listener", log, max_s=1.0)
         try:
             while not self._stopping:
                 positions: dict[Any, Any] = {
@@ -148,14 +148,12 @@ class SettledListener:
                 try:
                     response = await self._read(conn, positions)
                 except STORE_ERRORS as exc:
-                    log.warning("settlement listener read failed: %s", type(exc).__name__)
                     await _close(conn)
-                    await anyio.sleep(backoff_s)
-                    backoff_s = min(backoff_s * 2, 1.0)
+                    await backoff.wait(store_unavailable("listen", exc))
                     conn = self._redis.client()
                     await self._recheck_quietly()
                     continue
-                backoff_s = 0.05
+                backoff.reset()
                 self._deliver(response)
                 self._drop_idle()
                 # a client that answers without suspending (fakeredis) must not starve waiters

@@ -75,12 +75,14 @@ class Backoff:
         self._ceiling_s = first_s
         self.failures = 0
 
-    async def wait(self, exc: BaseException) -> None:
-        """Log ``exc`` (once per outage at WARNING) and sleep before the next try."""
+    async def wait(self, exc: BaseException, *, stop: anyio.Event | None = None) -> None:
+        """Log ``exc`` (once per outage at WARNING) and sleep before the next try
+        (returning early once ``stop`` is set)."""
         self.failures += 1
         level = logging.WARNING if self.failures == 1 else logging.DEBUG
         self._log.log(level, "%s: store unavailable, retrying: %s", self.name, exc)
-        await anyio.sleep(random.uniform(0, self._ceiling_s))
+        with anyio.move_on_after(random.uniform(0, self._ceiling_s)):  # jitter, not crypto
+            await (stop.wait() if stop is not None else anyio.sleep_forever())
         self._ceiling_s = min(self._max_s, self._ceiling_s * 2)
 
     def reset(self) -> None:

@@ -28,7 +28,7 @@ from ..faults import fault_point
 from ..kernel.contracts import format_timestamp
 from ..kernel.ids import new_id
 from ..observability import telemetry
-from ..store.boundary import STORE_ERRORS, store_unavailable
+from ..store.boundary import STORE_ERRORS, Backoff, store_unavailable
 from ..store.keys import RELAY_GROUP, Keys
 from ..store.scripts import Scripts
 
@@ -182,7 +182,7 @@ class OutboxRelay:
             await self.ensure_groups()
             task_status.started()
             last_claim = -float("inf")
-            backoff_s = 0.0
+            backoff = Backoff("outbox relay", _log)
             while not self._stopping:
                 try:
                     if anyio.current_time() - last_claim >= self._claim_idle_ms / 2000:
@@ -190,11 +190,12 @@ class OutboxRelay:
                         await self.claim_stale()
                     await self.step()
                 except SharedOSError as exc:  # mapped store errors; the loop never dies
-                    with anyio.move_on_after(backoff_s := min(2.0, backoff_s * 2 or 0.05)):
-                        _log.warning("outbox relay: %s; retrying in up to %.2fs", exc, backoff_s)
-                        await stop_requested.wait()
+                    await backoff.wait(exc, stop=stop_requested)
+                except Exception as exc:  # a bug in one step must not stop relaying for good
+                    _log.exception("outbox relay step failed")
+                    await backoff.wait(exc, stop=stop_requested)
                 else:
-                    backoff_s = 0.0
+                    backoff.reset()
         finally:
             self.stopped.set()
 

@@ -93,6 +93,7 @@ class WorkerApp:
         self.services: WorkerServices | None = None
         self._tg: TaskGroup | None = None
         self._task: asyncio.Task[None] | None = None
+        self.services_stopped = asyncio.Event()
 
     async def _enqueue(self, namespace: str, message_id: str, suffix: str = "") -> None:
         keys = Keys(namespace)
@@ -146,10 +147,17 @@ class WorkerApp:
         started = asyncio.Event()
 
         async def background() -> None:
-            async with self.host, anyio.create_task_group() as tg:
-                self._tg = tg
-                await tg.start(services.run)
-                started.set()
+            try:
+                async with self.host, anyio.create_task_group() as tg:
+                    self._tg = tg
+                    await tg.start(services.run)
+                    started.set()
+            except Exception:
+                if started.is_set():  # after start-up: the process must not run on without
+                    log.exception("worker services stopped")  # a relay; serve() exits 1
+                raise
+            finally:
+                self.services_stopped.set()
 
         task = self._task = asyncio.create_task(background())
         ready = asyncio.create_task(started.wait())

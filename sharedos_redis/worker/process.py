@@ -137,11 +137,15 @@ async def serve(host: MessagingHost, *, burst: bool = False,
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, signals, signum)
     drain = asyncio.ensure_future(signals.drain.wait())
+    died = asyncio.ensure_future(app.services_stopped.wait())
     try:
-        await asyncio.wait([main, drain], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([main, drain, died], return_when=asyncio.FIRST_COMPLETED)
         if main.done():
             main.result()  # a start-up failure raises here
             return 0
+        if died.done():  # relay/reconciler/host gone: exit so a supervisor restarts us
+            log.error("worker services stopped unexpectedly; exit 1")
+            return 1
         return await _drain(worker, app, main, signals)
     except asyncio.CancelledError:
         if signals.count > 1:
@@ -149,6 +153,7 @@ async def serve(host: MessagingHost, *, burst: bool = False,
         raise
     finally:
         drain.cancel()
+        died.cancel()
         if handle_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
