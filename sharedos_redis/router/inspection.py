@@ -19,6 +19,7 @@ from ..kernel.contracts import AuditEvent
 from ..store.audit import RedisAuditSink
 from ..store.boundary import STORE_ERRORS, store_unavailable
 from ..store.keys import Keys, decode_id
+from ..store.scripts import Scripts
 
 __all__ = ["PendingRequest", "SettledRequest", "list_pending", "list_recent", "read_timeline"]
 
@@ -115,8 +116,7 @@ async def list_pending(redis: Redis, namespace: str, *, state: str | None = None
     """
     k, rows, start = Keys(namespace), list[PendingRequest](), 0
     try:
-        seconds, micros = await redis.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        now_ms = await Scripts(redis).now_ms(k.open)
         while len(rows) < limit:
             ids = [_text(i) for i in await redis.zrange(k.open, start, start + _CHUNK - 1)]
             if not ids:

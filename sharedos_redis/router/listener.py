@@ -2,7 +2,8 @@
 
 Owns ``SettledListener`` (one task, one dedicated connection from the client's pool,
 ``XREAD BLOCK`` over the ``Keys.settled`` streams of the namespaces that have
-waiters) and ``guarded`` (how every waiter-side Redis call is bounded: a shared
+waiters; on a Redis Cluster one read per hash slot, each on its node, since one
+``XREAD`` may not span slots) and ``guarded`` (how every waiter-side Redis call is bounded: a shared
 ``anyio.CapacityLimiter`` plus a timeout). Blocked reads are never cancelled (a
 cancelled blocked read misbehaves on fakeredis and costs a reconnect on Redis):
 the loop uses short blocks and a stop flag. Imports no arq.
@@ -28,10 +29,12 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
+from redis.crc import key_slot
 
 from ..errors import SharedOSError, StoreUnavailable
 from ..faults import fault_point
 from ..store.boundary import STORE_ERRORS, Backoff, store_unavailable
+from ..store.cluster import is_cluster
 from ..store.keys import TERMINAL_STATES, Keys
 
 __all__ = ["Settled", "SettledListener", "WaitSlot", "guarded"]
@@ -124,6 +127,7 @@ class SettledListener:
         self._slots: dict[tuple[str, str], WaitSlot] = {}
         self._changed = anyio.Event()
         self._stopping = False
+        self._cluster = is_cluster(redis)
 
     def stop(self) -> None:
         """Ask the loop to end after its current read (at most ``block_ms``)."""
@@ -131,26 +135,47 @@ class SettledListener:
         self._changed.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The loop: read, wake, drop idle namespaces; reconnect and re-check on errors."""
-        conn: Redis = self._redis.client()
+        """The loop: start a reader per slot group of watched namespaces until stopped.
+
+        On a single server or Sentinel there is one group (every namespace in one
+        ``XREAD``, on one dedicated connection); on a cluster one per hash slot, each
+        blocking on its node. A reader ends once its group has no stream left.
+        """
         task_status.started()
+        readers: set[int] = set()
+        async with anyio.create_task_group() as tg:
+            while not self._stopping:
+                for group in {self._group(key) for key in self._positions()} - readers:
+                    readers.add(group)
+                    tg.start_soon(self._reader, group, readers)
+                with anyio.move_on_after(self._block_ms / 1000):
+                    await self._changed.wait()
+                self._changed = anyio.Event()
+
+    def _group(self, key: str) -> int:
+        return key_slot(key.encode()) if self._cluster else 0
+
+    def _positions(self, group: int | None = None) -> dict[Any, Any]:
+        return {s.key: s.position for s in self._streams.values()
+                if s.ready.is_set() and not s.error
+                and (group is None or self._group(s.key) == group)}
+
+    async def _reader(self, group: int, readers: set[int]) -> None:
+        """Read one slot group until it is empty or the listener stops; reconnect and
+        re-check every waiter after a failed read."""
+        conn = self._connection()
         backoff = Backoff("settlement listener", log, max_s=1.0)
         try:
             while not self._stopping:
-                positions: dict[Any, Any] = {
-                    s.key: s.position for s in self._streams.values()
-                    if s.ready.is_set() and not s.error}
+                positions = self._positions(group)
                 if not positions:
-                    with anyio.move_on_after(self._block_ms / 1000):
-                        await self._changed.wait()
-                    self._changed = anyio.Event()
-                    continue
+                    return  # no await since the check: a stream opened later restarts it
                 try:
                     response = await self._read(conn, positions)
                 except STORE_ERRORS as exc:
-                    await _close(conn)
+                    await self._close(conn)
                     await backoff.wait(store_unavailable("listen", exc))
-                    conn = self._redis.client()
+                    conn = self._connection()
                     await self._recheck_quietly()
                     continue
                 backoff.reset()
@@ -159,6 +184,16 @@ class SettledListener:
                 # a client that answers without suspending (fakeredis) must not starve waiters
                 await anyio.lowlevel.checkpoint()
         finally:
+            readers.discard(group)
+            self._changed.set()
+            await self._close(conn)
+
+    def _connection(self) -> Redis:
+        # a cluster client takes a connection of the stream's node for each read
+        return self._redis if self._cluster else self._redis.client()
+
+    async def _close(self, conn: Redis) -> None:
+        if conn is not self._redis:
             await _close(conn)
 
     async def _read(self, conn: Redis, positions: dict[Any, Any]) -> Any:

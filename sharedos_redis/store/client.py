@@ -16,6 +16,11 @@ operation is bounded by ``socket_timeout_s``. URL forms:
 - ``redis+sentinel://[user:password@]host:port[,host:port...]/<master>[/<db>]`` —
   the primary named ``<master>`` as the sentinels report it (``rediss+sentinel://``
   for TLS); authority and every other read go to the primary.
+- ``redis+cluster://[user:password@]host:port[,host:port...]`` — a Redis Cluster
+  (``rediss+cluster://`` for TLS), reached through any of the listed nodes; database 0
+  only. :func:`create_redis` returns a :class:`~sharedos_redis.store.cluster.ClusterClient`
+  (see there); every read goes to the primary owning the key's slot. Workers run
+  without arq on a cluster (:mod:`~sharedos_redis.worker.streams`).
 
 Imports no fakeredis: tests build their own clients.
 """
@@ -31,6 +36,7 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from ..errors import ConfigurationError
+from .cluster import ClusterClient, as_redis
 
 __all__ = ["ENV_PREFIX", "RedisSettings", "create_pool", "create_redis"]
 
@@ -39,6 +45,8 @@ ENV_PREFIX = "SHAREDOS_REDIS_"
 ``SHAREDOS_REDIS_PASSWORD``, ``SHAREDOS_REDIS_SSL_CA_CERTS``, ... (prefix + field name)."""
 
 _SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
+_CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}
+_TLS_SCHEMES = {"rediss", "rediss+sentinel", "rediss+cluster"}
 
 
 class RedisSettings(BaseModel):
@@ -127,18 +135,25 @@ class RedisSettings(BaseModel):
             ConfigurationError: unknown scheme, or TLS files given for a plain URL.
         """
         scheme = urlsplit(self.url).scheme
-        if scheme not in {"redis", "rediss", "unix", *_SENTINEL_SCHEMES}:
+        if scheme not in {"redis", "rediss", "unix", *_SENTINEL_SCHEMES, *_CLUSTER_SCHEMES}:
             raise ConfigurationError(f"unsupported Redis URL scheme {scheme!r}")
         tls_files = self.ssl_ca_certs or self.ssl_certfile or self.ssl_keyfile
-        if tls_files and scheme not in {"rediss", "rediss+sentinel"}:
+        if tls_files and scheme not in _TLS_SCHEMES:
             raise ConfigurationError("TLS files are set but the URL is not rediss:// "
-                                     "(or rediss+sentinel://)")
+                                     "(or rediss+sentinel://, rediss+cluster://)")
+        if scheme in _CLUSTER_SCHEMES and self.db:
+            raise ConfigurationError("a Redis Cluster has database 0 only")
         return scheme
 
     @property
     def tls(self) -> bool:
         """Whether connections use TLS."""
-        return self.scheme() in {"rediss", "rediss+sentinel"}
+        return self.scheme() in _TLS_SCHEMES
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the URL names a Redis Cluster (workers then run without arq)."""
+        return self.scheme() in _CLUSTER_SCHEMES
 
     def redacted_url(self) -> str:
         """The URL with any password replaced by ``***`` (for logs and errors)."""
@@ -174,21 +189,13 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
 
 def _sentinel_pool(settings: RedisSettings) -> ConnectionPool:
     parts = urlsplit(settings.url)
-    hosts = []
-    for item in parts.netloc.rpartition("@")[2].split(","):
-        host, _, port = item.rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigurationError(f"invalid sentinel address {item!r} in the Redis URL")
-        hosts.append((host.strip("[]"), int(port)))
+    hosts = _addresses(parts.netloc, "sentinel")
     path = [unquote(p) for p in parts.path.split("/") if p]
     if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
         raise ConfigurationError("a sentinel URL names the primary: "
                                  "redis+sentinel://host:port[,host:port]/<master>[/<db>]")
     kwargs = settings._connection_kwargs()
-    if parts.username and "username" not in kwargs:
-        kwargs["username"] = unquote(parts.username)
-    if parts.password and "password" not in kwargs:
-        kwargs["password"] = unquote(parts.password)
+    _credentials(settings, kwargs)
     kwargs.setdefault("db", int(path[1]) if len(path) == 2 else 0)
     tls = settings.tls
     sentinel_kwargs: dict[str, Any] = {
@@ -205,12 +212,51 @@ def _sentinel_pool(settings: RedisSettings) -> ConnectionPool:
         timeout=settings.pool_timeout_s, is_master=True, **kwargs)
 
 
+def _addresses(netloc: str, what: str) -> list[tuple[str, int]]:
+    hosts = []
+    for item in netloc.rpartition("@")[2].split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(f"invalid {what} address {item!r} in the Redis URL")
+        hosts.append((host.strip("[]"), int(port)))
+    return hosts
+
+
+def _credentials(settings: RedisSettings, kwargs: dict[str, Any]) -> None:
+    parts = urlsplit(settings.url)
+    if parts.username and "username" not in kwargs:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password and "password" not in kwargs:
+        kwargs["password"] = unquote(parts.password)
+
+
+def _cluster_client(settings: RedisSettings) -> ClusterClient:
+    from redis.asyncio.cluster import ClusterNode
+
+    parts = urlsplit(settings.url)
+    if parts.path.strip("/") not in {"", "0"}:
+        raise ConfigurationError("a Redis Cluster has database 0 only: "
+                                 "redis+cluster://host:port[,host:port...]")
+    kwargs = settings._connection_kwargs()
+    kwargs.pop("db", None)
+    _credentials(settings, kwargs)
+    if settings.tls:
+        kwargs["ssl"] = True
+    nodes = [ClusterNode(host, port) for host, port in _addresses(parts.netloc, "cluster node")]
+    return ClusterClient(  # type: ignore[abstract]  # redis-py's stubs mark a pool
+        startup_nodes=nodes, max_connections=settings.max_connections,
+        pool_timeout_s=settings.pool_timeout_s, **kwargs)
+
+
 def create_pool(settings: RedisSettings) -> ConnectionPool:
     """A bounded, blocking connection pool for ``settings`` (plain, TLS or Sentinel).
 
     Raises:
-        ConfigurationError: the URL or the TLS options are invalid.
+        ConfigurationError: the URL or the TLS options are invalid, or name a cluster
+            (a cluster has a pool per node: use :func:`create_redis`).
     """
+    if settings.cluster:
+        raise ConfigurationError("a Redis Cluster has one pool per node: use create_redis")
     if settings.scheme() in _SENTINEL_SCHEMES:
         return _sentinel_pool(settings)
     try:
@@ -222,13 +268,17 @@ def create_pool(settings: RedisSettings) -> ConnectionPool:
 
 
 def create_redis(settings: RedisSettings) -> Redis:
-    """A client on a pool from :func:`create_pool`.
+    """A client on a pool from :func:`create_pool`, or a cluster client.
 
     The client owns its pool: ``await client.aclose()`` closes both. Responses
-    are bytes (``decode_responses=False``, like arq's pool).
+    are bytes (``decode_responses=False``, like arq's pool). For a cluster URL it is
+    a :class:`~sharedos_redis.store.cluster.ClusterClient`, typed as ``Redis`` (the
+    stores use only commands both offer).
 
     Raises:
         ConfigurationError: the URL or the TLS options are invalid.
     """
+    if settings.cluster:
+        return as_redis(_cluster_client(settings))
     return Redis.from_pool(create_pool(settings))
 

@@ -37,6 +37,9 @@ Key (type) — owner — lifetime:
 - ``sos:{ns}:audit`` (stream, MAXLEN ~) — audit sink.
 - ``sos:{ns}:dead`` (stream, MAXLEN ~) — dead letters ``{id, reason, at}``; reason
   ``request_dead_lettered`` (max attempts) or ``request_expired`` (record vanished).
+- ``sos:{ns}:rewake:<id>:<tag>`` (string) — stream worker — one re-wake of a
+  request already appended to the outbox (reconcilers racing in one lease period
+  append one entry); PEXPIRE one lease period.
 - ``sos:{ns}:arq:queue`` (sorted set) and ``sos:{ns}:arq:queue:health-check`` (string)
   — the namespace's own arq queue and worker health line; arq's per-job keys are
   ``arq:<kind>:`` + :meth:`Keys.job_id`, so they carry the namespace's hash tag and
@@ -185,3 +188,7 @@ class Keys:
     def dead(self) -> str:
         """Stream: dead letters."""
         return f"{self.prefix}dead"
+
+    def rewake(self, message_id: str, tag: str) -> str:
+        """String: marks one re-wake of a request as published (stream worker dedup)."""
+        return f"{self.prefix}rewake:{encode_id(message_id)}:{encode_id(tag)}"

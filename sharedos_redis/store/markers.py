@@ -149,11 +149,10 @@ class MarkerStore:
         except STORE_ERRORS as exc:
             raise store_unavailable(operation, exc) from exc
 
-    async def _now_ms(self) -> int:
+    async def _now_ms(self, namespace: str) -> int:
         if self._clock_ms is not None:
             return self._clock_ms()
-        seconds, micros = await self._io("time", self._redis.time())
-        return int(seconds) * 1000 + int(micros) // 1000
+        return await self._scripts.now_ms(Keys(namespace).open)
 
     async def claim_turn(self, namespace: str, message_id: str, *, lease_ms: int,
                          max_attempts: int, worker: str) -> TurnClaim:
@@ -207,7 +206,7 @@ class MarkerStore:
         """
         k = Keys(namespace)
         raw = await self._scripts.call("release_turn", [k.message(message_id), k.leases],
-                                       [message_id, attempt, await self._now_ms()])
+                                       [message_id, attempt, await self._now_ms(namespace)])
         return int(raw) == 1
 
     async def settle_reply(self, namespace: str, reply: MessageEnvelope) -> Settlement:
@@ -357,7 +356,7 @@ class MarkerStore:
             StoreUnavailable: Redis failed.
         """
         k = Keys(namespace)
-        now = await self._now_ms()
+        now = await self._now_ms(namespace)
         raw_ids = await self._io("scan", self._redis.zrange(k.open, start, start + count - 1))
         ids = [_text(raw_id) for raw_id in raw_ids]
         pipe = self._redis.pipeline(transaction=False)

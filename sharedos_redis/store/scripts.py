@@ -49,3 +49,11 @@ class Scripts:
         """
         with store_errors(name):
             return await self._script(name)(keys=list(keys), args=list(args))
+
+    async def now_ms(self, key: str) -> int:
+        """The server's clock (ms) on the node that owns ``key`` (never a random node).
+
+        Raises:
+            StoreUnavailable: Redis failed or could not be reached.
+        """
+        return int(await self.call("server_time", [key], []))

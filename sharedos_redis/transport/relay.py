@@ -8,6 +8,10 @@ leaves the entry pending; a relay that dies between wake and dispatch leaves it
 in the group's pending list, and ``claim_stale`` (XAUTOCLAIM) repeats the wake —
 so wake hooks must be idempotent (arq: job id = message id).
 
+On a Redis Cluster one ``XREADGROUP`` may not span hash slots, so a relay serving
+several namespaces reads each slot separately (concurrently, one step waits for
+all); a worker's relay serves its own namespace, one slot.
+
 Must not import router/ or worker/.
 """
 
@@ -29,6 +33,7 @@ from ..kernel.contracts import format_timestamp
 from ..kernel.ids import new_id
 from ..observability import telemetry
 from ..store.boundary import STORE_ERRORS, Backoff, store_unavailable
+from ..store.cluster import slot_groups
 from ..store.keys import RELAY_GROUP, Keys
 from ..store.scripts import Scripts
 
@@ -69,6 +74,9 @@ class OutboxRelay:
             ``claim_stale`` takes it over.
         batch: the most entries read per call.
         audit_maxlen: the audit stream's approximate MAXLEN.
+        capacity: how many turns the wake hook can start now; a read takes at most
+            that many entries (at least one), so a busy worker leaves the rest of the
+            outbox to other workers' relays (the stream worker's backpressure).
     """
 
     def __init__(
@@ -82,6 +90,7 @@ class OutboxRelay:
         claim_idle_ms: int = 30_000,
         batch: int = 64,
         audit_maxlen: int = 100_000,
+        capacity: Callable[[], int] | None = None,
     ) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
@@ -92,6 +101,7 @@ class OutboxRelay:
         self._claim_idle_ms = claim_idle_ms
         self._batch = batch
         self._audit_maxlen = audit_maxlen
+        self._capacity = capacity
         self._stopping = False
         self._stop_requested: anyio.Event | None = None
         self._finished: anyio.Event | None = None
@@ -133,10 +143,27 @@ class OutboxRelay:
             StoreUnavailable: Redis failed.
         """
         block = self._block_ms if block_ms is None else block_ms
+        groups = slot_groups(self._redis, self._keys)
+        if len(groups) == 1:
+            return await self._step(groups[0], block)
+        handled = 0
+
+        async def one(outboxes: list[str]) -> None:
+            nonlocal handled
+            handled += await self._step(outboxes, block)
+
+        async with anyio.create_task_group() as tg:  # a cluster: one read per slot
+            for outboxes in groups:
+                tg.start_soon(one, outboxes)
+        return handled
+
+    async def _step(self, outboxes: list[str], block: int) -> int:
+        count = self._batch if self._capacity is None else max(
+            1, min(self._batch, self._capacity()))
         try:
             streams = await self._redis.xreadgroup(
-                RELAY_GROUP, self._consumer, dict.fromkeys(self._keys, ">"),
-                count=self._batch, block=block if block > 0 else None)
+                RELAY_GROUP, self._consumer, dict.fromkeys(outboxes, ">"),
+                count=count, block=block if block > 0 else None)
         except ResponseError as exc:
             if _missing_group(exc):
                 await self.ensure_groups()

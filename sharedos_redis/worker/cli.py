@@ -153,9 +153,12 @@ def _check_url(obj: _Ctx, host: MessagingHost) -> None:
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
               envvar="SHAREDOS_METRICS_PORT", help="Serve Prometheus /metrics (metrics extra).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option("--mode", type=click.Choice(["auto", "arq", "streams"]), default="auto",
+              show_default=True,
+              help="auto: wake turns through the outbox on a Redis Cluster, arq otherwise.")
 @pass_ctx
 def worker(obj: _Ctx, app: str, burst: bool, metrics_port: int | None,
-           metrics_host: str) -> None:
+           metrics_host: str, mode: str) -> None:
     """Run a worker for the host's agents (relay and reconciler included).
 
     SIGTERM/SIGINT drains (running turns finish within the host's drain_grace_s, the
@@ -171,7 +174,7 @@ def worker(obj: _Ctx, app: str, burst: bool, metrics_port: int | None,
         _check_url(obj, host)
         if metrics_port is not None:
             _redis_gauges(host)
-        code = asyncio.run(serve(host, burst=burst))
+        code = asyncio.run(serve(host, burst=burst, mode=mode))
     except SharedOSError as exc:
         if obj.verbose:
             raise

@@ -1,4 +1,5 @@
-"""The worker process behind ``sharedos-redis worker``: arq, supervised.
+"""The worker process behind ``sharedos-redis worker``: arq, supervised (or, on a
+Redis Cluster, the stream worker of :mod:`~sharedos_redis.worker.streams`).
 
 arq's own loop exits the process when Redis blips (arq issue #498) and cancels
 running jobs a few seconds after SIGTERM. :func:`serve` runs arq's ``Worker`` with
@@ -24,17 +25,22 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from time import time
 from typing import Any
 
 from arq.utils import poll
 from arq.worker import Worker
 
+from ..errors import ConfigurationError
 from ..store.boundary import STORE_ERRORS, Backoff
 from .arq_app import APP_KEY, WorkerApp
 from .host import MessagingHost
 
-__all__ = ["ResilientWorker", "serve"]
+__all__ = ["WORKER_MODES", "ResilientWorker", "install_signals", "serve"]
+
+WORKER_MODES = ("auto", "arq", "streams")
+"""``auto``: the stream worker on a Redis Cluster, arq on a single server or Sentinel."""
 
 log = logging.getLogger("sharedos_redis.worker")
 
@@ -116,26 +122,49 @@ class _Signals:
             self.main.cancel()
 
 
-async def serve(host: MessagingHost, *, burst: bool = False,
-                handle_signals: bool = True) -> int:
+def install_signals(signals: _Signals) -> Callable[[], None]:
+    """Route SIGTERM/SIGINT to ``signals``; returns the function that removes them."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, signals, signum)
+
+    def remove() -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+    return remove
+
+
+async def serve(host: MessagingHost, *, burst: bool = False, handle_signals: bool = True,
+                mode: str = "auto") -> int:
     """Run a worker for ``host`` until drained by a signal (or, with ``burst``, idle).
+
+    ``mode`` (:data:`WORKER_MODES`): ``auto`` runs the stream worker
+    (:mod:`~sharedos_redis.worker.streams`) when the host's connection is a Redis
+    Cluster and the arq worker otherwise; ``arq`` or ``streams`` forces one.
 
     Returns:
         The process exit code: 0 after a drain or a burst, 1 when stopped at once.
 
     Raises:
-        ConfigurationError: the host cannot run a worker.
+        ConfigurationError: the host cannot run a worker (or arq on a cluster).
         StoreUnavailable: Redis is unreachable at start-up.
     """
+    if mode not in WORKER_MODES:
+        raise ConfigurationError(f"unknown worker mode {mode!r}; use one of {WORKER_MODES}")
+    cluster = host.connection is not None and host.connection.cluster
+    if mode == "streams" or (mode == "auto" and cluster):
+        from .streams import serve_streams
+
+        return await serve_streams(host, burst=burst, handle_signals=handle_signals)
+    if cluster:
+        raise ConfigurationError("arq cannot run on a Redis Cluster: use --mode streams")
     app = WorkerApp(host)
     settings = {k: v for k, v in app.settings().items() if k != APP_KEY}
     worker = ResilientWorker(**settings, app=app, burst=burst, handle_signals=False)
     main = asyncio.ensure_future(worker.main())
     signals = _Signals(main)
-    loop = asyncio.get_running_loop()
-    if handle_signals:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, signals, signum)
+    remove = install_signals(signals) if handle_signals else (lambda: None)
     drain = asyncio.ensure_future(signals.drain.wait())
     died = asyncio.ensure_future(app.services_stopped.wait())
     try:
@@ -154,9 +183,7 @@ async def serve(host: MessagingHost, *, burst: bool = False,
     finally:
         drain.cancel()
         died.cancel()
-        if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
+        remove()
         await _close(worker, app, main)
 
 

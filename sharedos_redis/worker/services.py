@@ -23,15 +23,17 @@ class WorkerServices:
         rewake: ``(namespace, message_id, reason)`` → wake again after a lost job or lease.
         consumer: this relay's consumer name in the outbox group (unique per process).
         block_ms: the relay's XREADGROUP block; bounds how long stopping takes.
+        capacity: how many turns ``wake`` can start now (the relay reads no more);
+            None reads full batches (arq queues the overflow).
     """
 
     def __init__(self, host: MessagingHost, *, wake: Callable[[str, str], Awaitable[None]],
                  rewake: Callable[[str, str, str], Awaitable[None]], consumer: str,
-                 block_ms: int = 250) -> None:
+                 block_ms: int = 250, capacity: Callable[[], int] | None = None) -> None:
         self.relay = OutboxRelay(
             host.redis, [host.namespace], wake, consumer=consumer, block_ms=block_ms,
             claim_idle_ms=int(host.settings.claim_idle_s * 1000),
-            audit_maxlen=host.settings.audit_maxlen)
+            audit_maxlen=host.settings.audit_maxlen, capacity=capacity)
         self.reconciler = Reconciler(host, self.relay, rewake)
         self._stop = anyio.Event()
 

@@ -1,0 +1,136 @@
+"""Redis Cluster: a client whose callers wait for a connection, and slot grouping.
+
+Owns :class:`ClusterClient` (built by :func:`~sharedos_redis.store.client.create_redis`
+for a ``redis+cluster://`` URL), :func:`is_cluster` and :func:`slot_groups`.
+
+redis-py's ``RedisCluster`` raises ``MaxConnectionsError`` as soon as a node's pool
+is exhausted. :class:`ClusterClient` instead admits at most ``max_connections``
+commands (a pipeline counts as one: it uses at most one connection per node) at
+once and makes the others wait, at most ``pool_timeout_s``, like the blocking pool
+of a single server. Every node's pool holds as many connections, so no node is ever
+asked for more than it has.
+
+Every key of a namespace carries its ``{ns}`` hash tag, so every script and every
+single-stream read routes to the namespace's node; a command over several
+namespaces (an ``XREAD`` of two streams) must be split by slot first
+(:func:`slot_groups`). ``MOVED``/``ASK`` redirections during resharding and a new
+primary after a failover are followed by redis-py; failures in between surface as
+client errors that :mod:`~sharedos_redis.store.boundary` maps to ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import MaxConnectionsError
+
+__all__ = ["ClusterClient", "as_redis", "is_cluster", "slot_groups"]
+
+_K = TypeVar("_K", bound=str)
+_admitted: contextvars.ContextVar[bool] = contextvars.ContextVar("admitted", default=False)
+
+
+def is_cluster(redis: object) -> bool:
+    """Whether ``redis`` is a Redis Cluster client (multi-key commands must share a slot)."""
+    return isinstance(redis, RedisCluster)
+
+
+def slot_groups(redis: object, keys: Iterable[_K]) -> list[list[_K]]:
+    """``keys`` split into groups one command may read together.
+
+    One group on a single server or Sentinel; one group per hash slot on a cluster.
+    """
+    ordered = list(dict.fromkeys(keys))
+    if not is_cluster(redis):
+        return [ordered] if ordered else []
+    groups: dict[int, list[_K]] = {}
+    for key in ordered:
+        groups.setdefault(key_slot(key.encode()), []).append(key)
+    return list(groups.values())
+
+
+class ClusterClient(RedisCluster):
+    """A ``RedisCluster`` whose callers wait (bounded) for a connection instead of failing.
+
+    Args:
+        max_connections: commands in flight at once, and each node's pool size.
+        pool_timeout_s: how long a caller waits for its turn before
+            ``MaxConnectionsError`` (mapped to ``StoreUnavailable``).
+        kwargs: passed to ``RedisCluster`` (``startup_nodes``, TLS, credentials, ...).
+    """
+
+    def __init__(self, *, max_connections: int, pool_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(max_connections=max_connections, **kwargs)
+        self.pool_timeout_s = pool_timeout_s
+        self._admitted = asyncio.Semaphore(max_connections)
+
+    @asynccontextmanager
+    async def connection_slot(self) -> AsyncIterator[None]:
+        """Wait (at most ``pool_timeout_s``) until a command may use a connection.
+
+        A command issued inside an admitted one (a pipeline's redirected command)
+        runs at once: it uses the admitted caller's share.
+        """
+        if _admitted.get():
+            yield
+            return
+        try:
+            async with asyncio.timeout(self.pool_timeout_s):
+                await self._admitted.acquire()
+        except TimeoutError:
+            raise MaxConnectionsError(
+                f"no free cluster connection within {self.pool_timeout_s}s") from None
+        token = _admitted.set(True)
+        try:
+            yield
+        finally:
+            _admitted.reset(token)
+            self._admitted.release()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """Run one command once a connection is free (see :meth:`connection_slot`)."""
+        deadline = asyncio.get_running_loop().time() + self.pool_timeout_s
+        async with self.connection_slot():
+            while True:
+                try:
+                    return await super().execute_command(*args, **kwargs)
+                except MaxConnectionsError:
+                    # a redirection to a node whose pool is busy: wait there too
+                    if asyncio.get_running_loop().time() >= deadline:
+                        raise
+                    await asyncio.sleep(0.005)
+
+    def pipeline(self, transaction: Any | None = None,
+                 shard_hint: Any | None = None) -> ClusterPipeline:
+        """A non-transactional pipeline that waits for a connection like a command."""
+        super().pipeline(transaction, shard_hint)  # refuses transactions, as redis-py does
+        return _WaitingPipeline(self)  # type: ignore[abstract]  # redis-py's stubs mark a pool
+
+
+class _WaitingPipeline(ClusterPipeline):
+    async def execute(self, raise_on_error: bool = True,
+                      allow_redirections: bool = True) -> list[Any]:
+        client = self._client
+        assert isinstance(client, ClusterClient)
+        if not self._command_stack:
+            return []
+        async with client.connection_slot():
+            return await super().execute(raise_on_error, allow_redirections)
+
+
+def as_redis(client: ClusterClient) -> Redis:
+    """``client`` typed as the single-server client every store takes.
+
+    The stores use only commands both clients offer (keyed commands, scripts,
+    single-slot reads, non-transactional pipelines); the cluster tests run the same
+    modules on both.
+    """
+    redis: Redis = client  # type: ignore[assignment]  # same command surface, see above
+    return redis

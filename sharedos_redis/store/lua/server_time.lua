@@ -1,0 +1,7 @@
+-- server_time: the Redis server's clock in ms since the epoch. A script rather than
+-- TIME so a cluster runs it on the node owning the namespace (it routes by KEYS[1]);
+-- a keyless TIME would go to a random node.
+-- KEYS[1] any key of the namespace (not read)
+-- returns ms since the epoch
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
