@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import fakeredis
 import pytest
@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.keys import Keys
 
+from .servers.cluster import LocalCluster
 from .support import Keyspace, scan_keyspace
 
 # private redis-server fixtures: servers, redis_server, tls_redis_server, sentinel_cluster
@@ -103,3 +104,24 @@ def url() -> str:
     if not value:
         pytest.skip("REDIS_URL is not set: this test needs a real Redis server")
     return value
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """A private 3-primary Redis Cluster on loopback ports, shared by the session."""
+    if not LocalCluster.available():
+        pytest.skip("no redis-server/redis-cli binaries")
+    cluster = LocalCluster(primaries=3).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
+def deployment_url(request: pytest.FixtureRequest) -> str:
+    """The real Redis at REDIS_URL, then the local 3-primary cluster: the same test on both."""
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("local_cluster")
+        return cluster.url
+    return str(request.getfixturevalue("url"))

@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import (
@@ -49,3 +50,13 @@ async def drop_namespace(redis: Redis, ns: str) -> None:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10,
+                     every_s: float = 0.02) -> None:
+    """Wait until ``check()`` holds (for state with no event to wait on), or fail."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            if await check():
+                return
+            await anyio.sleep(every_s)

@@ -115,8 +115,12 @@ class StreamWorker:
                                  [message_id, int(self.host.settings.lease_s * 1000)])
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Enter the host, run relay + reconciler + turns until :meth:`drain` (or :meth:`stop`)."""
-        async with self.host, anyio.create_task_group() as tg:
+        """Run relay + reconciler + turns until :meth:`drain` (or :meth:`stop`).
+
+        The host must be entered (``async with host:``) by the caller, as for
+        :class:`~sharedos_redis.worker.local.LocalWorker`: turns wait on its listener.
+        """
+        async with anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(self.services.run)
             task_status.started()
@@ -151,7 +155,7 @@ async def _main(worker: StreamWorker, burst: bool) -> None:
     await worker.host.redis.ping()  # unreachable Redis fails start-up here, in one line
     log.info("worker %s serving namespace %r (streams, max_jobs %d)", worker.name,
              worker.host.namespace, worker.host.settings.max_jobs)
-    async with anyio.create_task_group() as tg:
+    async with worker.host, anyio.create_task_group() as tg:
         await tg.start(worker.run)
         if burst:
             await _until_idle(worker)

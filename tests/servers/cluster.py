@@ -8,6 +8,7 @@ Never touches the shared server at ``REDIS_URL``.
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
 import socket
@@ -25,11 +26,21 @@ from sharedos_redis.store.keys import Keys
 __all__ = ["ClusterNodeProcess", "LocalCluster", "namespaces_on_distinct_nodes"]
 
 
-def _free_port() -> int:
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_port() -> int:
+    """A free port whose cluster bus port (+10000) is free and valid too."""
+    while True:
+        port = random.randint(20_000, 50_000)
+        if _bindable(port) and _bindable(port + 10_000):
+            return port
 
 
 @dataclass
@@ -42,6 +53,13 @@ class ClusterNodeProcess:
     def client(self) -> Redis:
         """A plain (non-cluster) client of this node."""
         return Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+
+    def ping(self) -> bool:
+        client = self.client()
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -81,7 +99,7 @@ class LocalCluster:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.nodes.append(ClusterNodeProcess(port, proc))
         for node in self.nodes:
-            self._wait(lambda n=node: bool(n.client().ping()))
+            self._wait(node.ping)
         subprocess.run(
             ["redis-cli", "--cluster", "create",
              *(f"127.0.0.1:{n.port}" for n in self.nodes),
