@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio import Redis
 
+from sharedos_redis.store.client import RedisSettings, create_redis
 from tests.worker.helpers import drop_namespace
 
 from .outcomes import ROWS, table
@@ -23,7 +24,7 @@ def fault_ns() -> str:
 @pytest.fixture
 async def client(url: str, fault_ns: str) -> AsyncIterator[Redis]:
     """A client on REDIS_URL; every key of ``fault_ns`` is deleted afterwards."""
-    redis = Redis.from_url(url)
+    redis = create_redis(RedisSettings.from_url(url))  # a cluster client on a cluster URL
     yield redis
     await drop_namespace(redis, fault_ns)
     await redis.aclose()

@@ -5,7 +5,9 @@ with ``SHAREDOS_FAULT=<step>`` and exits 77 there; what died is restarted withou
 the fault. Then: the request reached exactly one terminal state, one settlement
 entry and (when replied) one ``reply.settled`` event exist, the requester — or a
 restarted requester re-checking by message id — saw the reply, and the audit
-timeline tells how many turns ran. Real Redis only; marked slow.
+timeline tells how many turns ran. Real Redis only, then the same rows on a local
+3-primary Redis Cluster (where ``sharedos-redis worker`` runs the stream worker);
+marked slow.
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ from .outcomes import ROWS, Row
 from .procs import Procs
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def url(deployment_url: str) -> str:
+    """Every row on single Redis (arq worker) and on the local cluster (stream worker)."""
+    return deployment_url
+
 
 REQUESTER_STEPS = ("accept.after", "listener.before_wake")
 TURNS_STARTED = {"turn.after_claim": 2, "turn.before_settle": 2}
