@@ -1,6 +1,10 @@
 """Deployment behaviour with real ``sharedos-redis worker`` processes on a private
 ``redis-server`` each test starts and stops: tenant isolation, a 10 s Redis outage,
-graceful drain (finish, hand back, interrupt) and the per-turn log line."""
+graceful drain (finish, hand back, interrupt) and the per-turn log line.
+
+Tenant isolation and the drain tests run on the private server (arq worker) and on
+the session's local 3-primary Redis Cluster (the stream worker; ``target`` in
+``conftest.py``), with the tenants on three different cluster nodes."""
 
 from __future__ import annotations
 
@@ -22,11 +26,12 @@ from redis.exceptions import NoPermissionError
 from sharedos_redis.errors import StoreUnavailable
 from sharedos_redis.store.boundary import store_errors
 from sharedos_redis.store.client import RedisSettings, create_redis
-from sharedos_redis.store.keys import encode_id
+from sharedos_redis.store.keys import Keys, encode_id
 from sharedos_redis.worker.host import MessagingHost
 
 from ..servers import RedisServer, SentinelCluster, ServerPool, TlsMaterial
 from . import proc_app
+from .conftest import Target
 from .helpers import grant, invoke_grant, put, send_grant
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -115,28 +120,33 @@ async def _ask(host: MessagingHost, timeout_s: float = 30) -> Any:
     return result.output
 
 
-async def test_two_tenants_on_one_database_never_take_each_others_jobs(
-        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
-    namespaces = [_ns(), _ns()]
-    hosts = [proc_app.build(client, ns, url=server.url) for ns in namespaces]
+async def test_three_tenants_never_take_each_others_turns(
+        target: Target, app_client: Redis, workers: Callable[..., Worker]) -> None:
+    namespaces = target.namespaces(3)
+    hosts = [proc_app.build(app_client, ns, url=target.url) for ns in namespaces]
     for host in hosts:
         await _grants(host)
-    started = [workers(ns, TEST_DIRECT_DISPATCH="0") for ns in namespaces]
+    started = [workers(ns, SHAREDOS_REDIS_URL=target.url, TEST_DIRECT_DISPATCH="0")
+               for ns in namespaces]
     outputs: list[Any] = []
-    async with hosts[0], hosts[1], anyio.create_task_group() as tg:
+    async with hosts[0], hosts[1], hosts[2], anyio.create_task_group() as tg:
         for host in hosts:
-            for _ in range(6):
+            for _ in range(4):
                 tg.start_soon(lambda h=host: _append(outputs, _ask(h)))
     assert len(outputs) == 12
     assert all(o["status"] == "succeeded" for o in outputs), outputs
     for ns, worker in zip(namespaces, started, strict=True):
         lines = worker.turn_lines()
-        assert len(lines) == 6, worker.text()
+        assert len(lines) == 4, worker.text()
         assert all(f"namespace={ns} " in line and "outcome=replied" in line for line in lines)
         assert "wrong_namespace" not in worker.text()
-    for ns in namespaces:  # each tenant's worker reports on its own health key
-        health = await client.get(f"sos:{{{ns}}}:arq:queue:health-check")
-        assert health is not None and b"turns=" in health and b"j_complete=" in health
+    if target.cluster is None:  # each tenant's arq worker reports on its own health key
+        for ns in namespaces:
+            health = await app_client.get(f"sos:{{{ns}}}:arq:queue:health-check")
+            assert health is not None and b"turns=" in health and b"j_complete=" in health
+    else:  # the stream worker, and the tenants on three different primaries
+        assert all("(streams, max_jobs" in worker.text() for worker in started)
+        assert len({target.cluster.owner(Keys(ns).outbox) for ns in namespaces}) == 3
 
 
 async def _append(into: list[Any], call: Any) -> None:
@@ -168,16 +178,17 @@ async def test_worker_survives_a_ten_second_redis_outage(
 
 
 async def test_sigterm_lets_a_running_turn_finish_and_exits_zero(
-        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+        target: Target, app_client: Redis, workers: Callable[..., Worker]) -> None:
     ns = _ns()
-    host = proc_app.build(client, ns, url=server.url, bob_payload={"mode": "slow", "seconds": 3})
+    host = proc_app.build(app_client, ns, url=target.url,
+                          bob_payload={"mode": "slow", "seconds": 3})
     await _grants(host)
-    worker = workers(ns)
+    worker = workers(ns, SHAREDOS_REDIS_URL=target.url)
     results: list[Any] = []
     async with host, anyio.create_task_group() as tg:
         tg.start_soon(lambda: _append(results, _ask(host)))
         with anyio.fail_after(20):
-            assert await _signal(client, ns) == "started:1"
+            assert await _signal(app_client, ns) == "started:1"
         worker.proc.send_signal(signal.SIGTERM)
         assert await worker.wait_exit() == 0, worker.text()
     assert results[0]["status"] == "succeeded", results
@@ -187,18 +198,18 @@ async def test_sigterm_lets_a_running_turn_finish_and_exits_zero(
 
 
 async def test_drain_hands_back_a_retryable_turn_to_another_worker_at_once(
-        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+        target: Target, app_client: Redis, workers: Callable[..., Worker]) -> None:
     ns = _ns()
-    host = proc_app.build(client, ns, url=server.url, bob_mode="block", lease_s=30,
+    host = proc_app.build(app_client, ns, url=target.url, bob_mode="block", lease_s=30,
                           request_timeout_s=40, turn_timeout_s=35)
     await _grants(host)
-    first = workers(ns, TEST_DRAIN_GRACE="0.3")
+    first = workers(ns, SHAREDOS_REDIS_URL=target.url, TEST_DRAIN_GRACE="0.3")
     results: list[Any] = []
     async with host, anyio.create_task_group() as tg:
         tg.start_soon(lambda: _append(results, _ask(host, timeout_s=25)))
         with anyio.fail_after(20):
-            assert await _signal(client, ns) == "started:1"
-        second = workers(ns)
+            assert await _signal(app_client, ns) == "started:1"
+        second = workers(ns, SHAREDOS_REDIS_URL=target.url)
         first.proc.send_signal(signal.SIGTERM)
         assert await first.wait_exit() == 0, first.text()
     # the lease is 30 s: the reply came from the hand-back, not from a lease expiry
@@ -209,17 +220,17 @@ async def test_drain_hands_back_a_retryable_turn_to_another_worker_at_once(
 
 
 async def test_drain_interrupts_a_turn_whose_effects_cannot_repeat(
-        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+        target: Target, app_client: Redis, workers: Callable[..., Worker]) -> None:
     ns = _ns()
-    host = proc_app.build(client, ns, url=server.url, bob_mode="write-block", lease_s=30,
+    host = proc_app.build(app_client, ns, url=target.url, bob_mode="write-block", lease_s=30,
                           request_timeout_s=40, turn_timeout_s=35)
     await _grants(host)
-    worker = workers(ns, TEST_DRAIN_GRACE="0.3")
+    worker = workers(ns, SHAREDOS_REDIS_URL=target.url, TEST_DRAIN_GRACE="0.3")
     results: list[Any] = []
     async with host, anyio.create_task_group() as tg:
         tg.start_soon(lambda: _append(results, _ask(host, timeout_s=25)))
         with anyio.fail_after(20):
-            assert await _signal(client, ns) == "started:1"
+            assert await _signal(app_client, ns) == "started:1"
         worker.proc.send_signal(signal.SIGTERM)
         assert await worker.wait_exit() == 0, worker.text()
     assert results[0]["status"] == "failed"
