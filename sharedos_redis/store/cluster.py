@@ -20,12 +20,12 @@ client errors that :mod:`~sharedos_redis.store.boundary` maps to ``StoreUnavaila
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import anyio
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
@@ -69,7 +69,7 @@ class ClusterClient(RedisCluster):
     def __init__(self, *, max_connections: int, pool_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(max_connections=max_connections, **kwargs)
         self.pool_timeout_s = pool_timeout_s
-        self._admitted = asyncio.Semaphore(max_connections)
+        self._admitted = anyio.Semaphore(max_connections)
 
     @asynccontextmanager
     async def connection_slot(self) -> AsyncIterator[None]:
@@ -82,7 +82,7 @@ class ClusterClient(RedisCluster):
             yield
             return
         try:
-            async with asyncio.timeout(self.pool_timeout_s):
+            with anyio.fail_after(self.pool_timeout_s):
                 await self._admitted.acquire()
         except TimeoutError:
             raise MaxConnectionsError(
@@ -96,16 +96,16 @@ class ClusterClient(RedisCluster):
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         """Run one command once a connection is free (see :meth:`connection_slot`)."""
-        deadline = asyncio.get_running_loop().time() + self.pool_timeout_s
+        deadline = anyio.current_time() + self.pool_timeout_s
         async with self.connection_slot():
             while True:
                 try:
                     return await super().execute_command(*args, **kwargs)
                 except MaxConnectionsError:
                     # a redirection to a node whose pool is busy: wait there too
-                    if asyncio.get_running_loop().time() >= deadline:
+                    if anyio.current_time() >= deadline:
                         raise
-                    await asyncio.sleep(0.005)
+                    await anyio.sleep(0.005)
 
     def pipeline(self, transaction: Any | None = None,
                  shard_hint: Any | None = None) -> ClusterPipeline:

@@ -1,4 +1,5 @@
-"""The worker side: the host object, recipient turns, reconciler, arq settings, CLI.
+"""The worker side: the host object, recipient turns, reconciler, arq settings, the
+stream worker (Redis Cluster), CLI.
 
 Only this package touches asyncio (arq needs it).
 """
@@ -7,7 +8,8 @@ from .host import AgentSpec, MessagingHost
 from .local import LocalWorker
 from .reconciler import Reconciler
 from .settings import HostSettings
+from .streams import StreamWorker
 from .turns import TurnRunner
 
 __all__ = ["AgentSpec", "HostSettings", "LocalWorker", "MessagingHost", "Reconciler",
-           "TurnRunner"]
+           "StreamWorker", "TurnRunner"]
