@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import fakeredis
 import pytest
@@ -16,10 +16,11 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.keys import Keys
 
-from .servers.cluster import LocalCluster
+from .servers import LocalCluster
 from .support import Keyspace, scan_keyspace
 
-# private redis-server fixtures: servers, redis_server, tls_redis_server, sentinel_cluster
+# private redis-server fixtures: servers, redis_server, tls_redis_server, sentinel_cluster,
+# local_cluster
 pytest_plugins = ["tests.servers.fixtures"]
 
 RedisFactory = Callable[[], Awaitable[Redis]]
@@ -104,18 +105,6 @@ def url() -> str:
     if not value:
         pytest.skip("REDIS_URL is not set: this test needs a real Redis server")
     return value
-
-
-@pytest.fixture(scope="session")
-def local_cluster() -> Iterator[LocalCluster]:
-    """A private 3-primary Redis Cluster on loopback ports, shared by the session."""
-    if not LocalCluster.available():
-        pytest.skip("no redis-server/redis-cli binaries")
-    cluster = LocalCluster(primaries=3).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])

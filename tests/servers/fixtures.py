@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from ._process import require_redis_server
+from .cluster import LocalCluster
 from .redis_server import RedisServer
 from .sentinel import SentinelCluster
 from .tls import TlsMaterial, make_tls_material
 
-__all__ = ["ServerPool", "redis_server", "sentinel_cluster", "servers", "tls_material",
-           "tls_redis_server"]
+__all__ = ["ServerPool", "local_cluster", "redis_server", "sentinel_cluster", "servers",
+           "tls_material", "tls_redis_server"]
 
 
 class ServerPool:
@@ -82,3 +83,15 @@ async def tls_redis_server(servers: ServerPool, tls_material: TlsMaterial) -> Re
 async def sentinel_cluster(servers: ServerPool) -> SentinelCluster:
     """A started primary, replica and 3 sentinels (``master_name`` ``mymaster``)."""
     return await servers.sentinel()
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """A private 3-primary Redis Cluster on loopback ports, shared by the session."""
+    if not LocalCluster.available():
+        pytest.skip("no redis-server/redis-cli binaries")
+    cluster = LocalCluster(primaries=3).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
