@@ -16,7 +16,6 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.keys import Keys
 
-from .servers import LocalCluster
 from .support import Keyspace, scan_keyspace
 
 # private redis-server fixtures: servers, redis_server, tls_redis_server, sentinel_cluster,
@@ -111,8 +110,7 @@ def url() -> str:
 def deployment_url(request: pytest.FixtureRequest) -> str:
     """The real Redis at REDIS_URL, then the local 3-primary cluster: the same test on both."""
     if request.param == "cluster":
-        cluster: LocalCluster = request.getfixturevalue("local_cluster")
-        return cluster.url
+        return str(request.getfixturevalue("local_cluster").url)
     value = os.environ.get("REDIS_URL")
     if not value:
         pytest.skip("REDIS_URL is not set: this test needs a real Redis server")

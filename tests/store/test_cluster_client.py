@@ -117,7 +117,7 @@ async def test_server_time_runs_on_the_namespace_node(local_cluster: LocalCluste
         owner = local_cluster.owner(Keys(ns).open)
         before = _time_calls(local_cluster)
         for _ in range(3):
-            await markers.stale(ns, state="accepted", older_than_ms=0)  # reads the clock
+            await markers.scan_open(ns, older_than_ms={"accepted": 0})  # reads the clock
         after = _time_calls(local_cluster)
         grew = {port for port in after if after[port] > before[port]}
         assert grew == {owner}  # never a keyless TIME on a random node
