@@ -69,7 +69,8 @@ class ClusterNodeProcess:
 
 @dataclass
 class LocalCluster:
-    """A local cluster of ``primaries`` primaries with ``replicas`` replicas each."""
+    """A local cluster of ``primaries`` primaries with ``replicas`` replicas each
+    (one primary: a single node that owns every slot, no replicas)."""
 
     primaries: int = 3
     replicas: int = 0
@@ -100,6 +101,14 @@ class LocalCluster:
             self.nodes.append(ClusterNodeProcess(port, proc))
         for node in self.nodes:
             self._wait(node.ping)
+        if len(self.nodes) == 1:  # redis-cli --cluster create wants 3 primaries
+            client = self.nodes[0].client()
+            try:
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+            finally:
+                client.close()
+            self._wait(self._ok)
+            return self
         subprocess.run(
             ["redis-cli", "--cluster", "create",
              *(f"127.0.0.1:{n.port}" for n in self.nodes),
