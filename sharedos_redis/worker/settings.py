@@ -35,7 +35,9 @@ class HostSettings(BaseModel):
         audit_maxlen: approximate length the namespace's audit stream is trimmed to.
         direct_dispatch: a worker whose relay wakes a turn while it has a free slot runs
             the turn at once instead of enqueueing an arq job and waiting for the next
-            poll (re-wakes after crashes and overflow always go through arq).
+            poll (re-wakes after crashes and overflow always go through arq). The stream
+            worker (Redis Cluster) always starts turns directly and ignores this and
+            ``poll_delay_s``.
         drain_grace_s: on SIGTERM/SIGINT, how long running turns may finish before the
             worker hands them back (or interrupts those that may not run again).
         host_ceiling: install the Redis host ceiling (``store.policy.RedisHostPolicy``):

@@ -1,7 +1,8 @@
 """The host of the fault suite's worker and requester processes.
 
 ``--app tests.faults.fault_app:host``. Configured by environment:
-SHAREDOS_REDIS_URL, SHAREDOS_NAMESPACE, FAULT_AGENTS (how many echo agents
+SHAREDOS_REDIS_URL, SHAREDOS_NAMESPACE, FAULT_TURN_DELAY_S (how long each echo turn
+takes; default 0), FAULT_AGENTS (how many echo agents
 ``a00``..; default 1). Agents: ``req`` (the requester; it never runs a turn
 here) and ``alice`` plus ``a00``.. — each answers at once with
 ``{"echo": payload, "by": <agent>, "attempt": n}``. Short lease, claim and
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import anyio
 from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import JsonValue
@@ -39,6 +41,7 @@ def agent_names(count: int) -> list[str]:
 
 
 async def _echo(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+    await anyio.sleep(float(os.environ.get("FAULT_TURN_DELAY_S", "0")))
     return {"echo": turn.message.payload, "by": turn.agent.agent_id, "attempt": turn.attempt}
 
 

@@ -54,7 +54,9 @@ async def _worker_fault(procs: Procs, step: str) -> dict[str, Any]:
 
 
 async def _requester_fault(procs: Procs, client: Redis, ns: str, step: str) -> dict[str, Any]:
-    procs.worker()
+    # a turn slower than the requester's own path to its wait, so the settlement always
+    # reaches the waiter through the listener (listener.before_wake), not its first check
+    procs.worker(FAULT_TURN_DELAY_S="0.3")
     faulty = procs.requester("send", fault=step)
     assert await procs.wait(faulty, 30) == FAULT_EXIT_CODE, procs.logs()
     ids = await message_ids(client, ns)
