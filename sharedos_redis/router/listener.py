@@ -3,8 +3,8 @@
 Owns ``SettledListener`` (one task, one dedicated connection from the client's pool,
 ``XREAD BLOCK`` over the ``Keys.settled`` streams of the namespaces that have
 waiters; on a Redis Cluster one read per hash slot, each on its node, since one
-``XREAD`` may not span slots) and ``guarded`` (how every waiter-side Redis call is bounded: a shared
-``anyio.CapacityLimiter`` plus a timeout). Blocked reads are never cancelled (a
+``XREAD`` may not span slots) and ``guarded`` (how every waiter-side Redis call is
+bounded: a shared ``anyio.CapacityLimiter`` plus a timeout). Blocked reads are never cancelled (a
 cancelled blocked read misbehaves on fakeredis and costs a reconnect on Redis):
 the loop uses short blocks and a stop flag. Imports no arq.
 
