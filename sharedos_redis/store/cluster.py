@@ -21,19 +21,23 @@ client errors that :mod:`~sharedos_redis.store.boundary` maps to ``StoreUnavaila
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+import os
+import traceback
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import anyio
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 
 __all__ = ["ClusterClient", "as_redis", "is_cluster", "slot_groups"]
 
 _K = TypeVar("_K", bound=str)
+_CONNECTION_MODULE = os.path.join("redis", "asyncio", "connection.py")
 _admitted: contextvars.ContextVar[bool] = contextvars.ContextVar("admitted", default=False)
 
 
@@ -100,7 +104,8 @@ class ClusterClient(RedisCluster):
         async with self.connection_slot():
             while True:
                 try:
-                    return await super().execute_command(*args, **kwargs)
+                    with _torn_down_is_a_connection_error():
+                        return await super().execute_command(*args, **kwargs)
                 except MaxConnectionsError:
                     # a redirection to a node whose pool is busy: wait there too
                     if anyio.current_time() >= deadline:
@@ -122,7 +127,23 @@ class _WaitingPipeline(ClusterPipeline):
         if not self._command_stack:
             return []
         async with client.connection_slot():
-            return await super().execute(raise_on_error, allow_redirections)
+            with _torn_down_is_a_connection_error():
+                return await super().execute(raise_on_error, allow_redirections)
+
+
+@contextmanager
+def _torn_down_is_a_connection_error() -> Iterator[None]:
+    """redis-py 5.3's cluster client disconnects every node after one connection error
+    (to re-read the topology); a connection another task is opening or using at that
+    moment fails inside redis-py with ``AttributeError`` (its writer is gone). That is a
+    lost connection, so it becomes one: the caller gets ``StoreUnavailable`` and retries."""
+    try:
+        yield
+    except AttributeError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if not any(f.filename.endswith(_CONNECTION_MODULE) for f in frames):
+            raise
+        raise RedisConnectionError(f"connection closed under the command: {exc}") from exc
 
 
 def as_redis(client: ClusterClient) -> Redis:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Connection, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
@@ -133,3 +134,30 @@ def _time_calls(cluster: LocalCluster) -> dict[int, int]:
         finally:
             client.close()
     return calls
+
+
+@pytest.mark.cluster
+async def test_a_connection_torn_down_under_a_command_is_a_typed_outage(
+        local_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # redis-py's cluster client disconnects every node after one connection error; a
+    # connection another task is using at that moment loses its writer under it
+    client = create_redis(RedisSettings.from_url(local_cluster.url))
+    markers = MarkerStore(client)
+    try:
+        assert await markers.fields("torn", "m", ("state",)) == [None]  # connected
+        original = Connection._send_packed_command
+        torn: list[bool] = []
+
+        async def send(self: Connection, command: Any) -> None:
+            if not torn:
+                torn.append(True)
+                self._writer = None  # what a concurrent disconnect does
+            await original(self, command)
+
+        monkeypatch.setattr(Connection, "_send_packed_command", send)
+        with pytest.raises(StoreUnavailable, match="connection closed under the command"):
+            await markers.fields("torn", "m", ("state",))
+        assert torn
+        assert await markers.fields("torn", "m", ("state",)) == [None]  # and it recovers
+    finally:
+        await client.aclose()
