@@ -2,8 +2,12 @@
 
 Each ``lua/<verb_noun>.lua`` file opens with its KEYS/ARGV/return contract.
 redis-py's ``AsyncScript`` sends EVALSHA and reloads on NOSCRIPT, so a server
-restart or SCRIPT FLUSH is handled. Redis errors are translated here to
-:class:`~sharedos_redis.errors.StoreUnavailable`.
+restart or SCRIPT FLUSH is handled. On a Redis Cluster its reload (``SCRIPT LOAD`` to
+the primaries the client knows) can miss a just-promoted replica, whose script
+cache is empty, so a second NOSCRIPT falls back to ``EVAL``: it routes by ``KEYS[1]``
+like the EVALSHA and caches the script on the node that runs it (a NOSCRIPT
+script never ran, so running it now runs it once). Redis errors are translated here
+to :class:`~sharedos_redis.errors.StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from .boundary import store_errors
 
@@ -48,7 +53,11 @@ class Scripts:
             StoreUnavailable: Redis failed or could not be reached.
         """
         with store_errors(name):
-            return await self._script(name)(keys=list(keys), args=list(args))
+            try:
+                return await self._script(name)(keys=list(keys), args=list(args))
+            except NoScriptError:  # see the module doc: a promoted replica on a cluster
+                return await self._redis.eval(  # type: ignore[misc]  # async client
+                    lua_source(name), len(keys), *keys, *args)
 
     async def now_ms(self, key: str) -> int:
         """The server's clock (ms) on the node that owns ``key`` (never a random node).

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import fakeredis
 import pytest
 from redis.asyncio import Connection, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -16,6 +17,7 @@ from sharedos_redis.store.client import RedisSettings, create_pool, create_redis
 from sharedos_redis.store.cluster import ClusterClient, is_cluster, slot_groups
 from sharedos_redis.store.keys import Keys
 from sharedos_redis.store.markers import MarkerStore
+from sharedos_redis.store.scripts import Scripts
 
 from ..servers.cluster import LocalCluster, namespaces_on_distinct_nodes
 
@@ -161,3 +163,23 @@ async def test_a_connection_torn_down_under_a_command_is_a_typed_outage(
         assert await markers.fields("torn", "m", ("state",)) == [None]  # and it recovers
     finally:
         await client.aclose()
+
+
+async def test_a_script_the_reload_cannot_reach_runs_once_by_eval(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a promoted cluster replica has no scripts, and redis-py's reload may load them
+    # elsewhere: EVALSHA fails twice, then EVAL (routed by KEYS[1]) runs the script once
+    redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    scripts = Scripts(redis)
+    key = Keys("evalfallback").outbox
+    missing = "0" * 40
+
+    async def load_elsewhere(script: str) -> str:
+        return missing  # SCRIPT LOAD went to another node
+
+    monkeypatch.setattr(redis, "script_load", load_elsewhere)
+    scripts._script("publish_wake").sha = missing
+    added = await scripts.call("publish_wake", [Keys("evalfallback").rewake("m", "t"), key],
+                               ["m", 10_000])
+    assert added == 1 and await redis.xlen(key) == 1  # ran, and exactly once
+    await redis.aclose()
