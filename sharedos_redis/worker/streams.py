@@ -68,6 +68,7 @@ class StreamWorker:
         self._tg: TaskGroup | None = None
         self._waits: set[anyio.CancelScope] = set()
         self._stop = anyio.Event()
+        self.services_died = False
 
     def _free_slots(self) -> int:
         return int(self.slots.available_tokens) if self.runner.accepting else 0
@@ -122,7 +123,7 @@ class StreamWorker:
         """
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            await tg.start(self.services.run)
+            await tg.start(self._services)
             task_status.started()
             await self._stop.wait()
             self.services.stop()
@@ -130,6 +131,17 @@ class StreamWorker:
                 await self.services.relay.stopped.wait()
             tg.cancel_scope.cancel()
         self._tg = None
+
+    async def _services(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                        ) -> None:
+        try:
+            await self.services.run(task_status=task_status)
+        except Exception:  # noted below; serve_streams() exits 1 for a supervisor
+            log.exception("worker services stopped")
+        finally:
+            if not self._stop.is_set():  # relay/reconciler gone without being asked
+                self.services_died = True
+                self._stop.set()
 
     async def drain(self, grace_s: float) -> DrainReport:
         """Stop taking turns, let running ones finish within ``grace_s``, hand back the rest."""
@@ -192,6 +204,9 @@ async def serve_streams(host: MessagingHost, *, burst: bool = False,
                      "%d interrupted; exit 0", signals.name, report.finished,
                      report.handed_back, report.interrupted)
         await main  # a start-up failure raises here
+        if worker.services_died:  # relay/reconciler gone: exit so a supervisor restarts us
+            log.error("worker services stopped unexpectedly; exit 1")
+            return 1
         return 0
     except asyncio.CancelledError:
         if signals.count > 1:

@@ -21,7 +21,8 @@ from sharedos_redis.router.listener import SettledListener
 from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.store.keys import RELAY_GROUP, Keys
 from sharedos_redis.transport import OutboxRelay
-from sharedos_redis.worker.streams import StreamWorker
+from sharedos_redis.worker.services import WorkerServices
+from sharedos_redis.worker.streams import StreamWorker, serve_streams
 
 from ..servers.cluster import LocalCluster, namespaces_on_distinct_nodes
 from ..support import eventually, make_context, make_envelope
@@ -188,3 +189,18 @@ async def test_one_relay_and_one_listener_read_namespaces_on_every_node(
                     await slot.event.wait()
             assert [s.outcome.result for s in (a, b, c) if s.outcome] == spread
         listener.stop()
+
+
+async def test_a_stream_worker_whose_services_die_exits_one() -> None:
+    redis: Redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    host = _bob_and_alice(redis, "died")
+
+    async def dying(self: Any, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        raise RuntimeError("relay bug")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WorkerServices, "run", dying)
+        with anyio.fail_after(10):
+            assert await serve_streams(host, handle_signals=False) == 1
+    await redis.aclose()
