@@ -23,7 +23,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError
 
-from sharedos_redis.errors import StoreUnavailable
+from sharedos_redis.errors import AuditUnavailable, StoreUnavailable
 from sharedos_redis.store.boundary import store_errors
 from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.store.keys import Keys, encode_id
@@ -384,6 +384,8 @@ async def _outcome(host: MessagingHost) -> str:
         result = await host.start_turn("bob", {}, purpose="atlas-status")
     except StoreUnavailable:
         return "store_unavailable"  # the root turn itself could not reach Redis
+    except AuditUnavailable:
+        return "audit_unavailable"  # nor write the audit record of its trace budget
     if result.status != "succeeded":
         return result.error.code  # type: ignore[union-attr]
     output = result.output
