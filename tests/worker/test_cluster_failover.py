@@ -1,11 +1,11 @@
 """A replica promotion under load on a local cluster: no hang, every request typed or
 succeeded, and the workers serve the new primary without a restart.
 
-Its own cluster (3 primaries with a replica each): ``failover`` promotes the replica
-of the namespace's primary with ``CLUSTER FAILOVER`` (a coordinated switch, no write
-lost); ``kill`` SIGKILLs that primary and lets the cluster elect the replica
-(``cluster-node-timeout`` 1 s; an acknowledged write may be lost, which a request
-then sees as a typed outcome, never a hang).
+Its own cluster (3 primaries with a replica each, shared by both rows): ``failover``
+promotes the replica of the namespace's primary with ``CLUSTER FAILOVER`` (a
+coordinated switch, no write lost); ``kill`` SIGKILLs that primary and lets the
+cluster elect the replica (``cluster-node-timeout`` 1 s; an acknowledged write may be
+lost, which a request then sees as a typed outcome, never a hang).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ from .test_deployment import Worker, _grants, _ns, _outcome
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.cluster]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def replicated() -> Iterator[LocalCluster]:
+    """One cluster for both rows: ``failover`` swaps a primary and its replica, then
+    ``kill`` takes a primary of the still complete cluster (each on a new namespace)."""
     if not LocalCluster.available():
         pytest.skip("no redis-server/redis-cli binaries")
     cluster = LocalCluster(primaries=3, replicas=1).start()
