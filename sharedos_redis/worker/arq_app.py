@@ -111,16 +111,8 @@ class WorkerApp:
             self.slots.acquire_on_behalf_of_nowait(token)
         except anyio.WouldBlock:
             return False
-        self._tg.start_soon(self._run_direct, namespace, message_id, token)
+        self._tg.start_soon(self.runner.run_in_slot, namespace, message_id, self.slots, token)
         return True
-
-    async def _run_direct(self, namespace: str, message_id: str, token: object) -> None:
-        try:
-            await self.runner.run_safely(namespace, message_id)
-        except Exception:  # one broken turn must not stop the worker; its lease expires
-            log.exception("turn %s/%s crashed", namespace, message_id)
-        finally:
-            self.slots.release_on_behalf_of(token)
 
     async def wake(self, namespace: str, message_id: str) -> None:
         """Start (direct dispatch) or enqueue the turn of a newly accepted request."""

@@ -91,15 +91,7 @@ class StreamWorker:
                 self.slots.release_on_behalf_of(token)
             await self._publish(namespace, message_id, f"handback:{time.time_ns()}")
             return
-        self._tg.start_soon(self._turn, namespace, message_id, token)
-
-    async def _turn(self, namespace: str, message_id: str, token: object) -> None:
-        try:
-            await self.runner.run_safely(namespace, message_id)
-        except Exception:  # one broken turn must not stop the worker; its lease expires
-            log.exception("turn %s/%s crashed", namespace, message_id)
-        finally:
-            self.slots.release_on_behalf_of(token)
+        self._tg.start_soon(self.runner.run_in_slot, namespace, message_id, self.slots, token)
 
     async def rewake(self, namespace: str, message_id: str, reason: str) -> None:
         """Wake the turn again through the outbox (once per request, reason and lease period)."""

@@ -250,6 +250,20 @@ class TurnRunner:
         await markers.settle_failure(namespace, request.id, state="failed", code=code)
         return code
 
+    async def run_in_slot(self, namespace: str, message_id: str, slots: anyio.CapacityLimiter,
+                          token: object) -> None:
+        """Run a woken turn in a slot already taken for ``token``, then free the slot.
+
+        One broken turn must not stop the worker: an unexpected error is logged (its
+        lease then expires and the reconciler re-runs it).
+        """
+        try:
+            await self.run_safely(namespace, message_id)
+        except Exception:
+            log.exception("turn %s/%s crashed", namespace, message_id)
+        finally:
+            slots.release_on_behalf_of(token)
+
     async def run_safely(self, namespace: str, message_id: str) -> str:
         """:meth:`run`, logging (not raising) store failures: the lease then expires and
         the reconciler re-runs the turn."""
