@@ -41,6 +41,7 @@ from ..store.client import create_pool
 from ..store.keys import Keys
 from .host import MessagingHost
 from .services import WorkerServices
+from .slots import TurnSlots
 from .turns import TurnRunner
 
 __all__ = ["APP_KEY", "WorkerApp", "run_turn", "worker_settings"]
@@ -55,8 +56,8 @@ async def run_turn(ctx: dict[str, Any], namespace: str, message_id: str) -> str:
     app: WorkerApp = ctx[APP_KEY]
     if not app.runner.accepting:  # picked just as a drain began: let another worker run it
         raise Retry(defer=0.1)
-    async with app.slots:  # shared with directly dispatched turns
-        return await app.runner.run_safely(namespace, message_id)
+    slot = await app.slots.take()  # shared with directly dispatched turns
+    return await app.runner.run_in_slot(namespace, message_id, slot)
 
 
 def _dumps(value: dict[str, Any]) -> bytes:
@@ -87,7 +88,7 @@ class WorkerApp:
         self.keys = Keys(host.namespace)
         self.name = f"{socket.gethostname()}-{os.getpid()}"
         self.runner = TurnRunner(host, worker=self.name, on_hand_back=self.hand_back)
-        self.slots = anyio.CapacityLimiter(host.settings.max_jobs)
+        self.slots = TurnSlots(host.settings.max_jobs, host.settings.max_in_flight)
         self.pool = ArqRedis(create_pool(host.connection), job_serializer=_dumps,
                              job_deserializer=_loads, default_queue_name=self.keys.arq_queue)
         self.services: WorkerServices | None = None
@@ -106,12 +107,10 @@ class WorkerApp:
         """Start the turn in this worker now if a slot is free (False: enqueue it)."""
         if self._tg is None or not self.runner.accepting:
             return False
-        token = object()
-        try:
-            self.slots.acquire_on_behalf_of_nowait(token)
-        except anyio.WouldBlock:
+        slot = self.slots.try_take()
+        if slot is None:
             return False
-        self._tg.start_soon(self.runner.run_in_slot, namespace, message_id, self.slots, token)
+        self._tg.start_soon(self.runner.run_in_slot, namespace, message_id, slot)
         return True
 
     async def wake(self, namespace: str, message_id: str) -> None:

@@ -58,6 +58,7 @@ from ..transport.transport import RedisStreamTransport, TransportSettings
 from .effects import EffectTrackingTransport, tracked_handler
 from .grants import invoke_grant, send_grant
 from .settings import HostSettings
+from .slots import SlotReleasingRouter
 
 __all__ = ["AgentSpec", "MessagingHost", "budget_set_event", "nested_deadline_ms"]
 
@@ -156,7 +157,8 @@ class MessagingHost:
         # a draining worker may hand back only turns whose effects can safely repeat
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
                              transport=EffectTrackingTransport(self.transport),
-                             router=self.router, revocations=live, chains=chains,
+                             router=SlotReleasingRouter(self.router), revocations=live,
+                             chains=chains,
                              ceiling=self.policy if s.host_ceiling else None,
                              policies=self.policy if s.host_ceiling else None)
         telemetry().instrument_kernel(self.kernel)

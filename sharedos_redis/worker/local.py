@@ -22,6 +22,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .host import MessagingHost
 from .services import WorkerServices
+from .slots import TurnSlots
 from .turns import TurnRunner
 
 __all__ = ["LocalWorker"]
@@ -40,7 +41,7 @@ class LocalWorker:
         self._send, self._receive = anyio.create_memory_object_stream[tuple[str, str]](math.inf)
         self.services = WorkerServices(host, wake=self._wake, rewake=self._rewake,
                                        consumer=self.worker, block_ms=block_ms)
-        self._limiter = anyio.CapacityLimiter(host.settings.max_jobs)
+        self._slots = TurnSlots(host.settings.max_jobs, host.settings.max_in_flight)
         self._tg: TaskGroup | None = None
         self.outcomes: list[str] = []
 
@@ -57,12 +58,8 @@ class LocalWorker:
                 tg.start_soon(self._turn, namespace, message_id)
 
     async def _turn(self, namespace: str, message_id: str) -> None:
-        async with self._limiter:
-            try:
-                self.outcomes.append(await self.runner.run_safely(namespace, message_id))
-            except Exception:  # one broken turn must not stop the worker; its lease expires
-                log.exception("turn %s/%s crashed", namespace, message_id)
-                self.outcomes.append("crashed")
+        slot = await self._slots.take()
+        self.outcomes.append(await self.runner.run_in_slot(namespace, message_id, slot))
 
     async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()

@@ -77,6 +77,11 @@ class ResilientWorker(Worker):
         return True
 
     async def _poll_iteration(self) -> None:
+        # arq may hold up to max_in_flight jobs (waiting parents included) but picks only
+        # as many new ones as there are free running slots, so idle workers get the rest
+        free = self.app.slots.free
+        self.allow_pick_jobs = self.app.runner.accepting and free > 0
+        self.queue_read_limit = max(1, free)
         try:
             await super()._poll_iteration()
         except STORE_ERRORS as exc:
@@ -161,6 +166,7 @@ async def serve(host: MessagingHost, *, burst: bool = False, handle_signals: boo
         raise ConfigurationError("arq cannot run on a Redis Cluster: use --mode streams")
     app = WorkerApp(host)
     settings = {k: v for k, v in app.settings().items() if k != APP_KEY}
+    settings["max_jobs"] = host.settings.max_in_flight  # running turns: app.slots
     worker = ResilientWorker(**settings, app=app, burst=burst, handle_signals=False)
     main = asyncio.ensure_future(worker.main())
     signals = _Signals(main)

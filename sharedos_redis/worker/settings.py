@@ -25,8 +25,11 @@ class HostSettings(BaseModel):
         lease_s: how long a running turn's lease lasts without renewal; a worker killed
             mid-turn is detected after this long and the turn re-runs.
         max_attempts: turns started for one request before it is dead-lettered.
-        max_jobs: concurrent turns per worker process. Each waiting parent turn in a
-            nested chain holds one slot, so a chain of depth d needs d slots.
+        max_jobs: turns *running* at once per worker process. A turn waiting for a
+            nested request gives its slot back while it waits, so a delegation chain of
+            any depth needs one free slot at a time.
+        max_in_flight: turns started and not finished per worker process, running or
+            waiting (a memory bound; at least ``max_jobs``).
         poll_delay_s: arq queue poll interval (arq polls; our replies are pushed).
         reconcile_interval_s: how often the reconciler runs.
         claim_idle_s: an outbox entry unacknowledged this long is claimed by another relay.
@@ -59,6 +62,7 @@ class HostSettings(BaseModel):
     lease_s: float = Field(15.0, gt=0)
     max_attempts: int = Field(3, ge=1)
     max_jobs: int = Field(32, ge=1)
+    max_in_flight: int = Field(256, ge=1)
     poll_delay_s: float = Field(0.005, gt=0)
     reconcile_interval_s: float = Field(1.0, gt=0)
     claim_idle_s: float = Field(10.0, gt=0)
@@ -78,6 +82,8 @@ class HostSettings(BaseModel):
                 f"turn_timeout_s ({self.turn_timeout_s}) must be below request_timeout_s "
                 f"({self.request_timeout_s}): a turn that outlives its request is wasted"
             )
+        if self.max_in_flight < self.max_jobs:
+            raise ConfigurationError("max_in_flight must be at least max_jobs")
         if self.lease_s > self.request_timeout_s:
             raise ConfigurationError("lease_s must not exceed request_timeout_s")
         return self

@@ -39,6 +39,7 @@ from ..store.scripts import Scripts
 from .host import MessagingHost
 from .process import _Signals, install_signals
 from .services import WorkerServices
+from .slots import TurnSlot, TurnSlots
 from .turns import DrainReport, TurnRunner
 
 __all__ = ["StreamWorker", "serve_streams"]
@@ -60,7 +61,7 @@ class StreamWorker:
         self.host = host
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.runner = TurnRunner(host, worker=self.name, on_hand_back=self.hand_back)
-        self.slots = anyio.CapacityLimiter(host.settings.max_jobs)
+        self.slots = TurnSlots(host.settings.max_jobs, host.settings.max_in_flight)
         self.services = WorkerServices(host, wake=self.wake, rewake=self.rewake,
                                        consumer=self.name, block_ms=block_ms,
                                        capacity=self._free_slots)
@@ -71,27 +72,25 @@ class StreamWorker:
         self.services_died = False
 
     def _free_slots(self) -> int:
-        return int(self.slots.available_tokens) if self.runner.accepting else 0
+        return self.slots.free if self.runner.accepting else 0
 
     async def wake(self, namespace: str, message_id: str) -> None:
         """Start the turn once a slot is free; while draining, hand it to another worker."""
-        token = object()
         scope = anyio.CancelScope()
-        acquired = False
+        slot: TurnSlot | None = None
         self._waits.add(scope)
         try:
             with scope:
                 if self.runner.accepting:
-                    await self.slots.acquire_on_behalf_of(token)
-                    acquired = True
+                    slot = await self.slots.take()
         finally:
             self._waits.discard(scope)
-        if not acquired or not self.runner.accepting or self._tg is None:
-            if acquired:
-                self.slots.release_on_behalf_of(token)
+        if slot is None or not self.runner.accepting or self._tg is None:
+            if slot is not None:
+                slot.close()
             await self._publish(namespace, message_id, f"handback:{time.time_ns()}")
             return
-        self._tg.start_soon(self.runner.run_in_slot, namespace, message_id, self.slots, token)
+        self._tg.start_soon(self.runner.run_in_slot, namespace, message_id, slot)
 
     async def rewake(self, namespace: str, message_id: str, reason: str) -> None:
         """Wake the turn again through the outbox (once per request, reason and lease period)."""

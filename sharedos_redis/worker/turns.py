@@ -36,6 +36,7 @@ from ..store.markers import TurnClaim
 from ..transport.deadlines import deadline_scope
 from .effects import TurnEffects, tracking
 from .host import MessagingHost
+from .slots import TurnSlot, occupying
 
 __all__ = ["DrainReport", "TurnRunner", "failure_code"]
 
@@ -250,19 +251,21 @@ class TurnRunner:
         await markers.settle_failure(namespace, request.id, state="failed", code=code)
         return code
 
-    async def run_in_slot(self, namespace: str, message_id: str, slots: anyio.CapacityLimiter,
-                          token: object) -> None:
-        """Run a woken turn in a slot already taken for ``token``, then free the slot.
+    async def run_in_slot(self, namespace: str, message_id: str, slot: TurnSlot) -> str:
+        """Run a woken turn in ``slot`` (given back while it waits for nested replies),
+        then free the slot; returns the outcome (``"crashed"`` on an unexpected error).
 
         One broken turn must not stop the worker: an unexpected error is logged (its
         lease then expires and the reconciler re-runs it).
         """
         try:
-            await self.run_safely(namespace, message_id)
+            with occupying(slot):
+                return await self.run_safely(namespace, message_id)
         except Exception:
             log.exception("turn %s/%s crashed", namespace, message_id)
+            return "crashed"
         finally:
-            slots.release_on_behalf_of(token)
+            slot.close()
 
     async def run_safely(self, namespace: str, message_id: str) -> str:
         """:meth:`run`, logging (not raising) store failures: the lease then expires and

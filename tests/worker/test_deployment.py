@@ -54,13 +54,14 @@ async def client(server: RedisServer) -> AsyncIterator[Redis]:
 class Worker:
     """One ``sharedos-redis worker`` process; its log goes to a file the test reads."""
 
-    def __init__(self, url: str | None, ns: str, log: Path, **extra: str) -> None:
+    def __init__(self, url: str | None, ns: str, log: Path, *,
+                 app: str = "tests.worker.proc_app:host", **extra: str) -> None:
         env = {**os.environ, "SHAREDOS_NAMESPACE": ns, "PYTHONPATH": str(ROOT), **extra}
         if url is not None:
             env["SHAREDOS_REDIS_URL"] = url
         self.log = log
         self._out = log.open("wb")
-        self.proc = subprocess.Popen([*CLI, "worker", "--app", "tests.worker.proc_app:host"],
+        self.proc = subprocess.Popen([*CLI, "worker", "--app", app],
                                      cwd=ROOT, env=env, stdout=self._out, stderr=self._out)
 
     def text(self) -> str:
