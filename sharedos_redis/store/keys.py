@@ -20,9 +20,10 @@ Key (type) — owner — lifetime:
   request; the reconciler expires from it, ``pending()`` lists from it.
 - ``sos:{ns}:leases`` (sorted set, score = lease expiry ms) — running turns.
 - ``sos:{ns}:settled`` (stream, MAXLEN ~) — one entry per settlement
-  ``{id, state, result}``; the per-process reply listener reads it. ``state`` is a
+  ``{id, state[, result]}``; the per-process reply listener reads it. ``state`` is a
   terminal state, or ``expired`` (result ``request_expired``) for a record that
-  vanished while open and was removed from the indexes.
+  vanished while open and was removed from the indexes; ``result`` is the failure
+  code (a reply is stored once, in the marker: the entry only wakes its waiter).
 - ``sos:{ns}:budget:<trace>`` (string int) — hops left for a trace; PEXPIRE
   ``budget_ttl``.
 - ``sos:{ns}:grants:<subject kind>:<subject id>`` (hash grant id → grant JSON) — grant store.

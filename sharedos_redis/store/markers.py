@@ -3,8 +3,8 @@
 ``accepted → dispatched → running → replied | failed | timed_out | cancelled | dead``.
 Terminal states never change, with one sanctioned exception: :meth:`MarkerStore.redrive`,
 a human re-drive of a dead letter (``dead → accepted``). Every settlement appends one
-entry ``{id, state, result}`` to ``Keys.settled`` (the reply listener wakes its waiter
-from it) and one audit record to ``Keys.audit`` in the same script. Time inside the
+entry ``{id, state[, result]}`` to ``Keys.settled`` (the reply listener wakes its
+waiter from it; ``result`` is a failure code, a reply is stored only in the marker) and one audit record to ``Keys.audit`` in the same script. Time inside the
 scripts is the Redis server's ``TIME`` so every process agrees on deadlines and
 leases (a ``clock_ms`` can replace it in tests). Owns no key format (``keys.py`` does);
 imports no arq.
@@ -62,15 +62,25 @@ class TurnClaim:
     ``outcome``: ``claimed`` (run the turn), ``busy`` (another live lease), ``closed``
     (terminal), ``missing`` (no such request) or ``dead`` (max attempts reached, now
     dead-lettered). ``request``/``requester_context`` are set only when claimed, and
-    ``traceparent`` when claimed and the requester was traced.
+    ``traceparent`` when claimed and the requester was traced. The requester's
+    context is parsed only when asked for (a turn does not use it).
     """
 
     outcome: ClaimOutcome
     attempt: int
     request: MessageEnvelope | None
-    requester_context: AccessContext | None
+    context_json: bytes | str | None
     deadline_ms: int
     traceparent: str | None = None
+
+    @property
+    def requester_context(self) -> AccessContext | None:
+        """The requester's stored AccessContext (parsed on access).
+
+        Raises:
+            ContractError: the stored context is corrupt.
+        """
+        return None if self.context_json is None else AccessContext.from_json(self.context_json)
 
 
 @dataclass(frozen=True)
@@ -163,7 +173,7 @@ class MarkerStore:
 
         Raises:
             StoreUnavailable: Redis failed.
-            ContractError: the stored envelope or context is corrupt.
+            ContractError: the stored envelope is corrupt.
         """
         k = Keys(namespace)
         raw = await self._scripts.call(
@@ -178,7 +188,7 @@ class MarkerStore:
             outcome=outcome,  # type: ignore[arg-type]  # the script returns only ClaimOutcome
             attempt=attempt,
             request=MessageEnvelope.from_json(env) if claimed else None,
-            requester_context=AccessContext.from_json(ctx) if claimed else None,
+            context_json=ctx if claimed else None,
             deadline_ms=int(raw[4]),
             traceparent=(_text(raw[5]) or None) if claimed and len(raw) > 5 else None)
 

@@ -2,7 +2,8 @@
 -- Accepted only while the marker is open and only if the reply matches the stored
 -- request: reply.sender == stored `to`, reply.receiver == stored `from`, same
 -- purpose, same trace. Then: store the reply, state replied, ZREM open + leases,
--- PEXPIRE retention, one settlement entry (the waiter wakes with the reply) and a
+-- PEXPIRE retention, one settlement entry {id, state} (it only wakes the waiter, which
+-- reads the reply once from the marker, the authority) and a
 -- reply.settled audit record. A refusal changes nothing but one reply.refused
 -- audit record (reason + cause).
 -- Time is the Redis server's TIME unless ARGV[7] overrides it (tests).
@@ -61,7 +62,6 @@ redis.call('HDEL', KEYS[1], 'lease')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[9], '*', 'id', ARGV[1], 'state', 'replied',
-  'result', ARGV[2])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[9], '*', 'id', ARGV[1], 'state', 'replied')
 audit(m[6], 'reply.settled', 'succeeded', nil, nil)
 return {1, 'settled', 'replied', ''}
