@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -30,6 +30,7 @@ from .floor import floor_round_trip
 from .full_path import fake_path, full_path
 from .procs import RESULTS, stop_all
 from .report import ratios, render, targets
+from .scale import sustained, worker_scaling
 from .stats import RoundTrip, measure
 from .waiters import payload_of, waiters
 
@@ -50,12 +51,18 @@ class Sizes:
     cost: int
     idle_s: float
     waiters: int
+    scaling: int
+    sustained_s: float
+    window_s: float
 
 
 FULL = Sizes(warmup=100, sequential=2000, concurrent=3000, fake_sequential=1000,
-             fake_concurrent=1000, cost=500, idle_s=4.0, waiters=10_000)
+             fake_concurrent=1000, cost=500, idle_s=4.0, waiters=10_000, scaling=2000,
+             sustained_s=60.0, window_s=5.0)
 QUICK = Sizes(warmup=20, sequential=200, concurrent=500, fake_sequential=100,
-              fake_concurrent=200, cost=100, idle_s=1.0, waiters=1000)
+              fake_concurrent=200, cost=100, idle_s=1.0, waiters=1000, scaling=300,
+              sustained_s=3.0, window_s=1.0)
+WORKER_COUNTS = (1, 2, 4)
 
 
 class _Run:
@@ -92,6 +99,8 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
     run = _Run(url, sizes)
     admin = Redis.from_url(url)
     waited: dict[str, Any] = {}
+    held: dict[str, Any] = {}
+    scaled: dict[str, Any] = {}
     try:
         server = (await admin.info("server"))["redis_version"]
         async with run.phase("floor"), floor_round_trip(
@@ -103,6 +112,12 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
         async with run.phase("full path"), full_path(
                 url, f"bench-{run.id}", run.payload) as (_, rt):
             await run.bench("full", rt, admin)
+            async with run.phase(f"sustained {sizes.sustained_s:g}s"):
+                held = await sustained(rt, seconds=sizes.sustained_s, window_s=sizes.window_s)
+        async with run.phase("worker processes 1, 2, 4"):
+            scaled = await worker_scaling(url, f"bench-{run.id}-s", run.payload,
+                                          counts=WORKER_COUNTS, warmup=sizes.warmup,
+                                          total=sizes.scaling)
         if _sdk_installed():  # right after "off", so both see the same machine
             async with run.phase("full path, OpenTelemetry on"), full_path(
                     url, f"bench-{run.id}-otel", run.payload, otel=True) as (_, rt):
@@ -122,7 +137,7 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
     report: dict[str, Any] = {
         "run": run.id, "redis_url": url, "redis_version": server, "sizes": sizes.__dict__,
         "measurements": run.measurements, "cost": run.cost, "waiters": waited,
-        "timings": run.timings}
+        "sustained": held, "workers": scaled, "timings": run.timings}
     report["ratios"] = ratios(run.measurements)
     report["targets"] = targets(report)
     return report
@@ -141,11 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=DEFAULT_URL,
                         help=f"the Redis server and database (default {DEFAULT_URL})")
     parser.add_argument("--quick", action="store_true", help="fewer round trips (< 60 s)")
+    parser.add_argument("--sustained-s", type=float, default=None,
+                        help="length of the sustained run (default 60, --quick 3)")
     parser.add_argument("--json", default=str(RESULTS / "last.json"), help="report path")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        report = anyio.run(_run, args.redis_url, QUICK if args.quick else FULL)
+        sizes = QUICK if args.quick else FULL
+        if args.sustained_s is not None:
+            sizes = replace(sizes, sustained_s=args.sustained_s)
+        report = anyio.run(_run, args.redis_url, sizes)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

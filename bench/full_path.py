@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -31,7 +31,7 @@ from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
 
 from .app import RECIPIENT, REQUESTER, build, grants, named_client
-from .procs import running
+from .procs import RESULTS, running
 from .stats import RoundTrip
 
 __all__ = ["BenchFailure", "drop_namespace", "fake_path", "full_path", "request_round_trip"]
@@ -89,10 +89,21 @@ async def prepare(host: MessagingHost, namespace: str) -> str:
     return trace_id
 
 
+async def _serving(logs: list[str]) -> None:
+    """Wait (30 s at most) until every worker process logged that it serves its queue
+    (the worker's log file is the only signal a starting process gives)."""
+    for _ in range(600):
+        if all("serving namespace" in (RESULTS / f"{log}.log").read_text("utf-8", "replace")
+               for log in logs):
+            return
+        await anyio.sleep(0.05)
+    raise TimeoutError(f"worker processes not serving after 30 s: {logs}")
+
+
 @asynccontextmanager
-async def full_path(url: str, namespace: str, payload: JsonValue, *, otel: bool = False
-                    ) -> AsyncIterator[tuple[MessagingHost, RoundTrip]]:
-    """Start the worker process; yield the app-side host and its round trip.
+async def full_path(url: str, namespace: str, payload: JsonValue, *, otel: bool = False,
+                    workers: int = 1) -> AsyncIterator[tuple[MessagingHost, RoundTrip]]:
+    """Start ``workers`` worker processes; yield the app-side host and its round trip.
 
     ``otel``: tracing and metrics on in both processes (``bench.otel``); otherwise off
     in both (the no-op hooks, as without the ``otel`` extra).
@@ -110,7 +121,12 @@ async def full_path(url: str, namespace: str, payload: JsonValue, *, otel: bool 
     cli = ["-m", "sharedos_redis.worker.cli", "worker", "--app", "bench.app:host"]
     try:
         trace_id = await prepare(host, namespace)
-        with running(cli, env, "sharedos-worker-otel" if otel else "sharedos-worker"):
+        name = "sharedos-worker-otel" if otel else "sharedos-worker"
+        logs = [f"{name}-{index}" if index else name for index in range(workers)]
+        with ExitStack() as procs:
+            for log_name in logs:
+                procs.enter_context(running(cli, env, log_name))
+            await _serving(logs)
             async with host:
                 round_trip = request_round_trip(host, trace_id, payload)
                 started = time.perf_counter()

@@ -78,8 +78,9 @@ async def measure(name: str, rt: RoundTrip, *, warmup: int, n: int, total: int,
     per_task = max(1, total // concurrency)
     elapsed = await _concurrent(rt, total, concurrency)
     done = per_task * concurrency
+    mean = sum(samples) / len(samples) if samples else float("nan")
     return Measurement(
         name=name, sequential=n, p50_ms=percentile(samples, 50), p90_ms=percentile(samples, 90),
-        p99_ms=percentile(samples, 99), mean_ms=sum(samples) / len(samples),
+        p99_ms=percentile(samples, 99), mean_ms=mean,
         concurrency=concurrency, concurrent=done, rt_per_s=done / elapsed,
         seconds=time.perf_counter() - start)
