@@ -13,6 +13,11 @@ Race-free order: a namespace's start position is fixed (the stream's last id, or
 either precedes the check (the check sees it) or follows the position (the
 listener delivers it). After a broken connection every registered waiter's marker
 is re-checked durably, so no wake-up is lost even if entries were trimmed.
+
+Armed waiters skip that first check: :meth:`SettledListener.expect`, called by the
+transport *before* its accept script runs, registers the slot while the namespace
+is already read, so every settlement of the request (all follow the accept) is
+delivered to it. A reconnect before the waiter arrives makes it check durably.
 """
 
 from __future__ import annotations
@@ -76,12 +81,13 @@ class Settled:
 class WaitSlot:
     """The local wake-up of one (namespace, message id); shared by its waiters."""
 
-    __slots__ = ("event", "outcome", "refs")
+    __slots__ = ("event", "outcome", "refs", "unsure")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
         self.outcome: Settled | None = None
         self.refs = 0
+        self.unsure = False  # armed, then the connection broke: check the marker durably
 
     def settle(self, outcome: Settled) -> None:
         """Record the first outcome and wake the waiters (later ones are ignored)."""
@@ -125,6 +131,7 @@ class SettledListener:
         self._count = count
         self._streams: dict[str, _Stream] = {}
         self._slots: dict[tuple[str, str], WaitSlot] = {}
+        self._armed: dict[tuple[str, str], float] = {}  # armed, not yet watched: since
         self._changed = anyio.Event()
         self._stopping = False
         self._cluster = is_cluster(redis)
@@ -217,6 +224,8 @@ class SettledListener:
 
     def _drop_idle(self) -> None:
         cutoff = time.monotonic() - self._linger_s
+        for key in [key for key, since in self._armed.items() if since < cutoff]:
+            self.unexpect(*key)  # accepted, but nobody came to wait for it
         for ns, stream in list(self._streams.items()):
             if stream.waiters == 0 and stream.ready.is_set() and stream.idle_since < cutoff:
                 del self._streams[ns]
@@ -233,7 +242,10 @@ class SettledListener:
         Raises:
             StoreUnavailable: Redis failed.
         """
-        pending = [key for key, slot in self._slots.items() if slot.outcome is None]
+        for key in self._armed:  # maybe not accepted yet: its waiter checks when it comes
+            self._slots[key].unsure = True
+        pending = [key for key, slot in self._slots.items()
+                   if slot.outcome is None and key not in self._armed]
         for start in range(0, len(pending), _RECHECK_CHUNK):
             chunk = pending[start:start + _RECHECK_CHUNK]
 
@@ -251,30 +263,62 @@ class SettledListener:
                     # a marker gone while watched expired: its waiter re-reads and ends typed
                     slot.settle(Settled(st, _text(reply if st == "replied" else code)))
 
-    @asynccontextmanager
-    async def watch(self, namespace: str, message_id: str) -> AsyncIterator[WaitSlot]:
-        """Register a waiter for (namespace, message id); yields its slot.
+    def expect(self, namespace: str, message_id: str) -> bool:
+        """Arm the waiter of a request about to be accepted (synchronous; see the module
+        doc): True when armed, False when the namespace is not read yet (the waiter then
+        makes its durable check). Disarm with :meth:`unexpect` if it is not accepted."""
+        key, stream = (namespace, message_id), self._streams.get(namespace)
+        if stream is None or not stream.ready.is_set() or stream.error or key in self._armed:
+            return False
+        slot = self._slots.setdefault(key, WaitSlot())
+        slot.refs += 1
+        stream.waiters += 1
+        self._armed[key] = time.monotonic()
+        return True
 
-        The namespace's read position is fixed before this yields, so the caller's
-        durable check afterwards cannot miss a settlement.
+    def unexpect(self, namespace: str, message_id: str) -> None:
+        """Disarm an armed waiter that will not come (idempotent)."""
+        if self._armed.pop((namespace, message_id), None) is not None:
+            self._release(namespace, message_id)
+
+    def _release(self, namespace: str, message_id: str) -> None:
+        key = (namespace, message_id)
+        slot = self._slots.get(key)
+        if slot is not None:
+            slot.refs -= 1
+            if slot.refs == 0:
+                del self._slots[key]
+        stream = self._streams.get(namespace)
+        if stream is not None:
+            stream.waiters -= 1
+            if stream.waiters == 0:
+                stream.idle_since = time.monotonic()
+
+    @asynccontextmanager
+    async def watch(self, namespace: str, message_id: str
+                    ) -> AsyncIterator[tuple[WaitSlot, bool]]:
+        """Register a waiter for (namespace, message id); yields its slot and whether it
+        was armed before its accept (then no durable check is needed first).
+
+        Otherwise the namespace's read position is fixed before this yields, so the
+        caller's durable check afterwards cannot miss a settlement.
 
         Raises:
             StoreUnavailable: the stream position could not be read.
         """
-        stream = await self._join(namespace)
-        try:
-            slot = self._slots.setdefault((namespace, message_id), WaitSlot())
+        key = (namespace, message_id)
+        if self._armed.pop(key, None) is not None:  # its refs are ours now
+            slot = self._slots[key]
+            armed = not slot.unsure
+        else:
+            await self._join(namespace)
+            slot = self._slots.setdefault(key, WaitSlot())
             slot.refs += 1
-            try:
-                yield slot
-            finally:
-                slot.refs -= 1
-                if slot.refs == 0 and self._slots.get((namespace, message_id)) is slot:
-                    del self._slots[(namespace, message_id)]
+            armed = False
+        try:
+            yield slot, armed
         finally:
-            stream.waiters -= 1
-            if stream.waiters == 0:
-                stream.idle_since = time.monotonic()
+            self._release(namespace, message_id)
 
     async def _join(self, namespace: str) -> _Stream:
         while True:

@@ -152,8 +152,8 @@ class RedisRequestRouter:
         hint = (receipt.metadata or {}).get("deadlineMs")
         deadline_hint = hint if isinstance(hint, int) and not isinstance(hint, bool) else None
         try:
-            async with listener.watch(ns, mid) as slot:
-                return await self._await_outcome(ns, mid, slot, deadline_hint)
+            async with listener.watch(ns, mid) as (slot, armed):
+                return await self._await_outcome(ns, mid, slot, deadline_hint, armed=armed)
         except (anyio.get_cancelled_exc_class(), StoreUnavailable):
             # Nobody waits any more: end the request (if Redis lets us) rather than leave it
             # open until its deadline; a reply that comes later is refused, not lost silently.
@@ -176,13 +176,17 @@ class RedisRequestRouter:
         return Settled(state, result or ""), int(deadline or 0)
 
     async def _await_outcome(self, ns: str, mid: str, slot: WaitSlot,
-                             deadline_hint: int | None) -> MessageEnvelope:
-        view = await self._durable(ns, mid, deadline_hint)
-        if view is None:
-            raise UnknownMessage(ns, mid)
-        current, deadline_ms = view
-        if current.state in TERMINAL_STATES:
-            return _outcome(mid, current)
+                             deadline_hint: int | None, *, armed: bool) -> MessageEnvelope:
+        if armed and deadline_hint is not None:
+            # armed before its accept: every settlement of it reaches the slot
+            deadline_ms = deadline_hint
+        else:
+            view = await self._durable(ns, mid, deadline_hint)
+            if view is None:
+                raise UnknownMessage(ns, mid)
+            current, deadline_ms = view
+            if current.state in TERMINAL_STATES:
+                return _outcome(mid, current)
         end_s = deadline_ms / 1000 + self.settings.grace_ms / 1000
         while (wait_s := end_s - time.time()) > 0:
             woken_by = slot.event
@@ -211,6 +215,18 @@ class RedisRequestRouter:
         if view[0].state not in TERMINAL_STATES:
             raise UnknownMessage(ns, mid)
         return _outcome(mid, view[0])
+
+    def expect(self, namespace: str, message_id: str) -> bool:
+        """Arm the waiter of a request about to be accepted (the transport's
+        :class:`~sharedos_redis.transport.transport.ReplyWatch`): its waiter then skips
+        its first durable read. False when the router is not running or the namespace
+        is not read yet."""
+        return self._listener is not None and self._listener.expect(namespace, message_id)
+
+    def unexpect(self, namespace: str, message_id: str) -> None:
+        """Disarm a waiter armed by :meth:`expect` whose request was not accepted."""
+        if self._listener is not None:
+            self._listener.unexpect(namespace, message_id)
 
     async def _cancel_quietly(self, ns: str, mid: str) -> None:
         # the cancellation is re-raised regardless; the reconciler expires what stays open

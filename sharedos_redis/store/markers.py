@@ -4,10 +4,11 @@
 Terminal states never change, with one sanctioned exception: :meth:`MarkerStore.redrive`,
 a human re-drive of a dead letter (``dead → accepted``). Every settlement appends one
 entry ``{id, state[, result]}`` to ``Keys.settled`` (the reply listener wakes its
-waiter from it; ``result`` is a failure code, a reply is stored only in the marker) and one audit record to ``Keys.audit`` in the same script. Time inside the
-scripts is the Redis server's ``TIME`` so every process agrees on deadlines and
-leases (a ``clock_ms`` can replace it in tests). Owns no key format (``keys.py`` does);
-imports no arq.
+waiter from it; ``result`` is a failure code, a reply is stored only in the marker)
+and one audit record to ``Keys.audit`` in the same script. Time inside the scripts
+is the Redis server's ``TIME`` so every process agrees on deadlines and leases (a
+``clock_ms`` can replace it in tests). Owns no key format (``keys.py`` does); imports
+no arq.
 
 Index hygiene: every index read here and every transition that finds a record gone
 (expired or evicted while open) hands its id to :meth:`MarkerStore.forget`, so no id

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, Protocol
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,12 +49,24 @@ from ..store.markers import payload_bytes
 from ..store.scripts import Scripts
 from .deadlines import turn_deadline_ms
 
-__all__ = ["AcceptHook", "RedisStreamTransport", "TransportSettings"]
+__all__ = ["AcceptHook", "RedisStreamTransport", "ReplyWatch", "TransportSettings"]
 
 _log = logging.getLogger(__name__)
 
 AcceptHook = Callable[[str, str], Awaitable[None]]
 """``(namespace, message_id)``, called after a successful accept (must be idempotent)."""
+
+
+
+class ReplyWatch(Protocol):
+    """Arms the reply waiter of a request before its accept (the router implements it)."""
+
+    def expect(self, namespace: str, message_id: str) -> bool:
+        """Arm the waiter (synchronously); True when armed."""
+
+    def unexpect(self, namespace: str, message_id: str) -> None:
+        """Disarm it: the request was not accepted."""
+
 
 _REFUSALS: Final[dict[str, tuple[ReasonCode, str]]] = {
     "duplicate": ("duplicate_message", "a message with this id was already accepted"),
@@ -100,6 +112,8 @@ class RedisStreamTransport:
         settings: limits and lifetimes.
         on_accepted: optional fast-path wake-up ``(namespace, message_id)``.
         clock: the current time (UTC); tests pin it.
+        watch: arms the reply waiter before the accept script runs, so the waiter
+            needs no durable read before it waits (``RedisRequestRouter``).
     """
 
     def __init__(
@@ -109,8 +123,10 @@ class RedisStreamTransport:
         settings: TransportSettings = TransportSettings(),  # noqa: B008 - frozen, never mutated
         on_accepted: AcceptHook | None = None,
         clock: Callable[[], datetime] | None = None,
+        watch: ReplyWatch | None = None,
     ) -> None:
         self._redis = redis
+        self.watch = watch
         self._scripts = Scripts(redis)
         self._settings = settings
         self._on_accepted = on_accepted
@@ -143,15 +159,20 @@ class RedisStreamTransport:
                                                f"the payload exceeds {limit} bytes"))
         deadline = self._deadline_ms(now)
         reservation = reserved_use.get()
+        armed = self.watch is not None and self.watch.expect(context.namespace_id, envelope.id)
         try:
             with anyio.fail_after(self._settings.accept_timeout_s):
                 status, hops = await self._accept(context, envelope, now, deadline, reservation)
-        except (StoreUnavailable, TimeoutError) as exc:
+        except BaseException as exc:
+            self._disarm(armed, context.namespace_id, envelope.id)
+            if not isinstance(exc, StoreUnavailable | TimeoutError):
+                raise
             _log.warning("accept of %s failed: %s", envelope.id, type(exc).__name__)
             return DeliveryFailed(message_id=envelope.id, timestamp=stamp,
                                   error=_error("message_delivery_failed",
                                                "the message store is unavailable", retryable=True))
         if status != "accepted":
+            self._disarm(armed, context.namespace_id, envelope.id)
             if reservation is not None:
                 reservation.released = True  # by the script, with its record
             return await self._refuse(context, envelope, status, stamp)
@@ -159,6 +180,10 @@ class RedisStreamTransport:
         await self._wake(context.namespace_id, envelope.id)
         return DeliveryAccepted(message_id=envelope.id, timestamp=stamp,
                                 metadata={"deadlineMs": deadline, "hopsLeft": hops})
+
+    def _disarm(self, armed: bool, namespace: str, message_id: str) -> None:
+        if armed and self.watch is not None:
+            self.watch.unexpect(namespace, message_id)
 
     def _deadline_ms(self, now: datetime) -> int:
         deadline = _now_ms(now) + int(self._settings.request_timeout_s * 1000)

@@ -153,6 +153,7 @@ class MessagingHost:
             self.redis, retention_s=s.retention_s, audit_maxlen=s.audit_maxlen,
             max_reply_bytes=s.max_reply_bytes or self.transport.settings.max_payload_bytes)
         self.router = RedisRequestRouter(self.redis, markers=self.markers)
+        self.transport.watch = self.router  # waiters armed before the accept: one read less
         # the kernel reaches the transport and the tool handlers through effect counters:
         # a draining worker may hand back only turns whose effects can safely repeat
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
