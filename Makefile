@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev,otel,metrics,console,test-observability]'
+	$(PY) -m pip install --quiet -e '.[test,dev,otel,metrics,console,test-observability,fast]'
 	touch $(STAMP)
 
 example: $(STAMP)  ## run the example host on an embedded fakeredis

@@ -23,6 +23,7 @@ import anyio
 from redis.asyncio import Redis
 
 from sharedos_redis.observability import configure
+from sharedos_redis.worker.loop import uvloop_enabled
 
 from .bare_arq import arq_round_trip
 from .cost import command_cost
@@ -165,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = QUICK if args.quick else FULL
         if args.sustained_s is not None:
             sizes = replace(sizes, sustained_s=args.sustained_s)
-        report = anyio.run(_run, args.redis_url, sizes)
+        report = anyio.run(_run, args.redis_url, sizes,
+                           backend_options={"use_uvloop": uvloop_enabled()})
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -8,7 +8,6 @@ and on worker start-up errors (bad app, bad settings, unreachable Redis).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import json
@@ -34,6 +33,7 @@ from ..store.client import RedisSettings, create_redis
 from ..store.markers import MarkerStore
 from .host import MessagingHost, budget_set_event
 from .logs import LogFormat, configure_logging
+from .loop import run as run_loop
 from .printable import printable
 from .redrive import redrive_request
 
@@ -174,7 +174,7 @@ def worker(obj: _Ctx, app: str, burst: bool, metrics_port: int | None,
         _check_url(obj, host)
         if metrics_port is not None:
             _redis_gauges(host)
-        code = asyncio.run(serve(host, burst=burst, mode=mode))
+        code = run_loop(serve(host, burst=burst, mode=mode))
     except SharedOSError as exc:
         if obj.verbose:
             raise
