@@ -201,12 +201,15 @@ class MessageService:
         return None
 
     async def _consume_send(self, context: AccessContext, envelope: MessageEnvelope,
+                            requirement: CapabilityRequirement | None = None,
                             ) -> tuple[str | None, UseReservation | None]:
-        """Consume the recipient-scoped send requirement: (refusal code, reserved use)."""
-        try:
-            requirement = messaging_requirement(context, envelope.receiver)
-        except ContractError:
-            return "invalid_request", None
+        """Consume the recipient-scoped send requirement (``requirement``, when the caller
+        built it already): (refusal code, reserved use)."""
+        if requirement is None:
+            try:
+                requirement = messaging_requirement(context, envelope.receiver)
+            except ContractError:
+                return "invalid_request", None
         decision = await self._authorizer.consume(context, requirement, operation_id=envelope.id)
         if not decision.allowed:
             return decision.reason_code, None
@@ -267,14 +270,14 @@ class MessageService:
         try:
             arguments = MessageRequestArguments.from_wire(call.arguments)
             recipient = arguments.recipient_address()
-            messaging_requirement(context, recipient)
+            requirement = messaging_requirement(context, recipient)  # built once per call
         except ContractError as exc:
             details = {"errors": [{"loc": [str(p) for p in e.get("loc", ())],
                                    "type": str(e.get("type", ""))} for e in exc.errors[:8]]}
             return ToolOutcome(tool_failed(call, self._now(), "invalid_tool_arguments", details),
                                cause="invalid_arguments")
         envelope = self._trusted_envelope(context, recipient, arguments)
-        return await self._send_request(context, call, envelope)
+        return await self._send_request(context, call, envelope, requirement)
 
     def _trusted_envelope(self, context: AccessContext, recipient: Address,
                           arguments: MessageRequestArguments) -> MessageEnvelope:
@@ -287,15 +290,17 @@ class MessageService:
         })
 
     async def _send_request(self, context: AccessContext, call: ToolCall,
-                            envelope: MessageEnvelope) -> ToolOutcome:
-        result, cause = await self._request_reply(context, call, envelope)
+                            envelope: MessageEnvelope,
+                            requirement: CapabilityRequirement) -> ToolOutcome:
+        result, cause = await self._request_reply(context, call, envelope, requirement)
         return ToolOutcome(result, cause=cause, message_id=envelope.id,
                            receiver=envelope.receiver)
 
     async def _request_reply(self, context: AccessContext, call: ToolCall,
-                             envelope: MessageEnvelope) -> tuple[ToolResult, str | None]:
+                             envelope: MessageEnvelope, requirement: CapabilityRequirement,
+                             ) -> tuple[ToolResult, str | None]:
         """Steps 5-9 of SPEC §3: consume once, deliver, resolve, validate the reply."""
-        code, reservation = await self._consume_send(context, envelope)
+        code, reservation = await self._consume_send(context, envelope, requirement)
         if code is not None:
             denied = DeliveryDenied(message_id=envelope.id, timestamp=self._now(),
                                     error=protocol_error(code))
