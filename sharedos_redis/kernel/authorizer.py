@@ -20,7 +20,9 @@ Choices where the SPEC leaves room (documented deviations):
   audit record must state whether a use was spent (``consumed``). If the record
   then cannot be written the decision is ``audit_unavailable`` and the effect
   must not happen; the spent use is **not** refunded (fail closed: a lost use
-  is safe, a refund would race with other consumers).
+  is safe, a refund would race with other consumers). Inside an open
+  :class:`~.outbox.EffectAudit` an allowed consuming decision's record goes there
+  instead: the effect writes it atomically with itself (ADR 0029).
 * **Two instants** (ADR 0016): ``context.now`` is when the turn's authority was
   resolved; the authorizer's clock gives the operation instant. Expiry is
   decided at the later of the two (a grant expiring mid-turn is refused from the
@@ -31,7 +33,8 @@ Choices where the SPEC leaves room (documented deviations):
   closed (``authority_unavailable``). The reads go to ``metadata.revocationChecks``.
 * **Unauditable decisions.** A context so malformed that no valid audit record
   can be attributed to it (e.g. an empty purpose) is denied ``invalid_context``
-  without a record; an *allowed* decision is never returned unaudited.
+  without a record; an *allowed* decision is never returned unaudited (its record
+  is written, or waits in the effect's outbox, which no effect happens without).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from .matching import (
     grant_active,
     purpose_allowed,
 )
+from .outbox import effect_audit
 from .ports import (
     AuditSink,
     DelegationChainResolver,
@@ -237,7 +241,10 @@ class CapabilityAuthorizer:
         event = decision_event(context, request, outcome, mode.name, operation_id)
         if event is None and outcome.allowed:
             return AuthorizationDecision(allowed=False, reason_code="audit_unavailable")
-        if event is not None:
+        outbox = effect_audit.get()
+        if event is not None and outcome.allowed and mode.spend and outbox is not None:
+            outbox.events.append(event)  # written atomically with the effect (kernel.outbox)
+        elif event is not None:
             try:
                 await self._audit.record(event)
             except Exception:  # any sink failure: the record was not written

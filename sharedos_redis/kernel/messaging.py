@@ -35,6 +35,7 @@ from .contracts import (
     ToolResult,
     format_timestamp,
 )
+from .outbox import EffectAudit, effect_audit
 from .ports import AuditSink, MessageRequestRouter, MessageTransport
 from .replies import check_receipt, check_reply
 from .tools import (
@@ -240,6 +241,7 @@ class MessageService:
                 receipt = check_receipt(raw, envelope, self._now())
             finally:
                 reserved_use.reset(token)
+                await self._write_untaken()
         refused = isinstance(receipt, DeliveryDenied) or (
             isinstance(receipt, DeliveryFailed)
             and receipt.error.code == "message_transport_not_configured")
@@ -249,6 +251,12 @@ class MessageService:
                                                operation_id=envelope.id)
         await self._audit_sent(context, envelope, receipt)
         return receipt
+
+    async def _write_untaken(self) -> None:
+        """Write the before-effect records the transport did not take (kernel.outbox)."""
+        outbox = effect_audit.get()
+        while outbox is not None and outbox.events:
+            await record_outcome(self._audit, outbox.events.pop(0))
 
     async def _audit_sent(self, context: AccessContext, envelope: MessageEnvelope,
                           receipt: MessageDeliveryResult) -> None:
@@ -300,13 +308,18 @@ class MessageService:
                              envelope: MessageEnvelope, requirement: CapabilityRequirement,
                              ) -> tuple[ToolResult, str | None]:
         """Steps 5-9 of SPEC §3: consume once, deliver, resolve, validate the reply."""
-        code, reservation = await self._consume_send(context, envelope, requirement)
-        if code is not None:
-            denied = DeliveryDenied(message_id=envelope.id, timestamp=self._now(),
-                                    error=protocol_error(code))
-            await self._audit_sent(context, envelope, denied)
-            return tool_denied(call, self._now(), code), None
-        receipt = await self._deliver(context, envelope, reservation)
+        carried = bool(getattr(self._transport, "writes_effect_audit", False))
+        token = effect_audit.set(EffectAudit() if carried else None)
+        try:
+            code, reservation = await self._consume_send(context, envelope, requirement)
+            if code is not None:
+                denied = DeliveryDenied(message_id=envelope.id, timestamp=self._now(),
+                                        error=protocol_error(code))
+                await self._audit_sent(context, envelope, denied)
+                return tool_denied(call, self._now(), code), None
+            receipt = await self._deliver(context, envelope, reservation)
+        finally:
+            effect_audit.reset(token)
         if isinstance(receipt, DeliveryDenied | DeliveryFailed):
             details = {"status": receipt.status, "code": receipt.error.code}
             return (tool_failed(call, self._now(), "message_request_not_accepted", details),

@@ -40,6 +40,7 @@ from ..kernel.contracts import (
     ProtocolError,
     format_timestamp,
 )
+from ..kernel.outbox import effect_audit
 from ..kernel.reasons import ReasonCode
 from ..kernel.usage import UseReservation, reserved_use
 from ..observability import telemetry
@@ -106,6 +107,9 @@ def _now_ms(moment: datetime) -> int:
 class RedisStreamTransport:
     """Durably accepts already-authorized envelopes into a namespace's outbox.
 
+    It writes the decision's before-effect records (``kernel.outbox``) inside the
+    accept script, atomically with the accept or its refusal.
+
     Args:
         redis: the client (build it with ``store.client.create_redis`` so socket
             operations are bounded).
@@ -115,6 +119,9 @@ class RedisStreamTransport:
         watch: arms the reply waiter before the accept script runs, so the waiter
             needs no durable read before it waits (``RedisRequestRouter``).
     """
+
+    writes_effect_audit: Final = True
+    """The accept script appends the open ``EffectAudit`` records (kernel.outbox)."""
 
     def __init__(
         self,
@@ -153,6 +160,7 @@ class RedisStreamTransport:
         stamp = format_timestamp(now)
         limit = self._settings.max_payload_bytes
         if payload_bytes(envelope.payload) > limit:
+            await self._write_effect_audit()  # the decision's record before the release
             await self._release(context, envelope, now)
             return DeliveryDenied(message_id=envelope.id, timestamp=stamp,
                                   error=_error("payload_too_large",
@@ -204,6 +212,8 @@ class RedisStreamTransport:
         s, hooks = self._settings, telemetry()
         # the requester's span (not the accept span) parents the recipient's turn
         traceparent = hooks.traceparent()
+        outbox = effect_audit.get()
+        decided = [event.to_json() for event in outbox.events] if outbox is not None else []
         with hooks.accept_span(context, envelope):
             result = await self._scripts.call(
                 "accept_request",
@@ -215,10 +225,24 @@ class RedisStreamTransport:
                  envelope.purpose, envelope.trace_id, _now_ms(now), deadline,
                  s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
                  s.audit_maxlen, *audit_fields(event), traceparent,
-                 reservation.grant_id if reservation is not None else "", *released],
+                 reservation.grant_id if reservation is not None else "", *released,
+                 *decided],
             )
+        if outbox is not None:
+            del outbox.events[:len(decided)]  # written by the script, atomically with it
         status, hops = result
         return (status.decode() if isinstance(status, bytes) else str(status)), int(hops)
+
+    async def _write_effect_audit(self) -> None:
+        """Write the open outbox's records now (no accept script runs for this request)."""
+        outbox = effect_audit.get()
+        while outbox is not None and outbox.events:
+            try:
+                await self._audit.record(outbox.events[0])
+            except AuditUnavailable as exc:  # the kernel tries again after the refusal
+                _log.warning("decision record not written: %s", exc)
+                return
+            del outbox.events[0]
 
     async def _release(self, context: AccessContext, envelope: MessageEnvelope,
                        now: datetime) -> None:

@@ -68,6 +68,8 @@ class EffectTrackingTransport:
 
     def __init__(self, inner: MessageTransport) -> None:
         self._inner = inner
+        # the wrapped transport's own capability (kernel.outbox), passed through
+        self.writes_effect_audit = bool(getattr(inner, "writes_effect_audit", False))
 
     async def deliver(self, context: AccessContext,
                       envelope: MessageEnvelope) -> MessageDeliveryResult:

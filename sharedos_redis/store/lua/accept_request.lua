@@ -18,7 +18,12 @@
 -- ARGV[17] reserved grant id ('' for none)
 -- ARGV[18], ARGV[19], ARGV[20], ARGV[21] the grant.usage.released audit field/value for a
 --          duplicate, then for an exhausted budget
+-- ARGV[22..] audit record JSON written first, whatever the outcome: the decision's
+--          before-effect records (kernel.outbox), atomic with the accept or refusal
 -- returns {"accepted", hops left} | {"duplicate", -1} | {"budget_exhausted", 0}
+for i = 22, #ARGV do
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'e', ARGV[i])
+end
 local function refuse(status, hops, field, value)
   local grant = ARGV[17] or ''
   if grant ~= '' and tonumber(redis.call('HGET', KEYS[6], grant) or '0') > 0 then
