@@ -21,6 +21,7 @@ from .contracts import (
     AccessContext,
     Address,
     AgentAddress,
+    AuditEvent,
     AuditOutcome,
     CapabilityRequirement,
     DeliveryAccepted,
@@ -231,6 +232,9 @@ class MessageService:
                 message_id=envelope.id, timestamp=self._now(),
                 error=protocol_error("message_transport_not_configured"))
         else:
+            outbox = effect_audit.get()
+            if outbox is not None:  # written by the accept itself, if it accepts
+                outbox.on_accept.append(self._sent_event(context, envelope, None))
             token = reserved_use.set(reservation)
             try:
                 raw: object = await self._transport.deliver(context, envelope)
@@ -249,22 +253,31 @@ class MessageService:
                                                               DeliveryDenied | DeliveryFailed):
             await self._authorizer.release_use(context, reservation, reason=receipt.error.code,
                                                operation_id=envelope.id)
-        await self._audit_sent(context, envelope, receipt)
+        outbox = effect_audit.get()
+        if outbox is None or not outbox.on_accept_written:
+            await self._audit_sent(context, envelope, receipt)
         return receipt
 
     async def _write_untaken(self) -> None:
         """Write the before-effect records the transport did not take (kernel.outbox)."""
         outbox = effect_audit.get()
+        if outbox is not None:
+            outbox.on_accept.clear()  # only ever written with the accept
         while outbox is not None and outbox.events:
             await record_outcome(self._audit, outbox.events.pop(0))
 
+    def _sent_event(self, context: AccessContext, envelope: MessageEnvelope,
+                    receipt: MessageDeliveryResult | None) -> AuditEvent:
+        """The ``message.sent`` record of ``receipt`` (None: an accepted one)."""
+        reason = getattr(receipt, "error", None)
+        return audit_event(
+            context, "message.sent", "succeeded" if receipt is None else _delivery_outcome(receipt),
+            at=self._now(), message_id=envelope.id, receiver=envelope.receiver,
+            action="send", reason=reason.code if reason is not None else None)
+
     async def _audit_sent(self, context: AccessContext, envelope: MessageEnvelope,
                           receipt: MessageDeliveryResult) -> None:
-        reason = getattr(receipt, "error", None)
-        await record_outcome(self._audit, audit_event(
-            context, "message.sent", _delivery_outcome(receipt),
-            at=self._now(), message_id=envelope.id, receiver=envelope.receiver,
-            action="send", reason=reason.code if reason is not None else None))
+        await record_outcome(self._audit, self._sent_event(context, envelope, receipt))
 
     async def request(self, context: AccessContext, call: ToolCall) -> ToolOutcome:
         """Run ``messages.request`` for ``call`` (its traceId was already checked).

@@ -100,6 +100,10 @@ def _released_event(context: AccessContext, envelope: MessageEnvelope, now: date
                        message_id=envelope.id, reason=code, metadata={"usageState": "released"})
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _now_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -214,6 +218,8 @@ class RedisStreamTransport:
         traceparent = hooks.traceparent()
         outbox = effect_audit.get()
         decided = [event.to_json() for event in outbox.events] if outbox is not None else []
+        if_accepted = ([event.to_json() for event in outbox.on_accept]
+                       if outbox is not None else [])
         with hooks.accept_span(context, envelope):
             result = await self._scripts.call(
                 "accept_request",
@@ -226,12 +232,14 @@ class RedisStreamTransport:
                  s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
                  s.audit_maxlen, *audit_fields(event), traceparent,
                  reservation.grant_id if reservation is not None else "", *released,
-                 *decided],
+                 len(decided), *decided, *if_accepted],
             )
-        if outbox is not None:
-            del outbox.events[:len(decided)]  # written by the script, atomically with it
         status, hops = result
-        return (status.decode() if isinstance(status, bytes) else str(status)), int(hops)
+        if outbox is not None:  # written by the script, atomically with it
+            del outbox.events[:len(decided)]
+            outbox.on_accept_written = bool(if_accepted) and _text(status) == "accepted"
+            outbox.on_accept.clear()
+        return _text(status), int(hops)
 
     async def _write_effect_audit(self) -> None:
         """Write the open outbox's records now (no accept script runs for this request)."""

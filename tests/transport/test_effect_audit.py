@@ -1,5 +1,6 @@
 """The send decision's record is written inside the accept script (ADR 0029 outbox):
 one round trip, atomic with the accept or its refusal; never lost when no script runs.
+An accepted request's ``message.sent`` rides the same script.
 
 Runs on fakeredis and on real Redis (REDIS_URL).
 """
@@ -12,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from sharedos_redis.errors import StoreUnavailable
-from sharedos_redis.kernel.contracts import AuditEvent
+from sharedos_redis.kernel.contracts import AuditEvent, agent
 from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.budget import TraceBudget
 from sharedos_redis.transport import RedisStreamTransport
@@ -44,13 +45,18 @@ async def test_the_decision_record_is_written_by_the_accept_script(
         redis: Redis, ns: str, cleanup: None) -> None:
     kernel = await _kernel(redis, ns, max_uses=5)
     sink = _Counted(redis)
-    kernel.authorizer._audit = sink  # the authorizer's own writes, counted
+    kernel.authorizer._audit = kernel._messaging._audit = sink  # their own writes, counted
     result = await kernel.invoke_tool(make_context(ns), _ask("ok", 1))
     assert result.status == "succeeded"
-    assert "authorization.checked" not in sink.written  # no separate round trip for it
+    # neither the decision nor the send has a round trip of its own
+    assert "authorization.checked" not in sink.written
+    assert "message.sent" not in sink.written
     types = await _types(redis, ns)
     at = types.index("authorization.checked")
-    assert types[at:at + 2] == ["authorization.checked", "message.accepted"]
+    assert types[at:at + 3] == ["authorization.checked", "message.accepted", "message.sent"]
+    sent = [e for _, e in await RedisAuditSink(redis).read(ns) if e.type == "message.sent"]
+    assert [(e.outcome, e.action, e.receiver, e.reason) for e in sent] == [
+        ("succeeded", "send", agent("alice"), None)]
 
 
 async def test_a_refusal_in_the_script_still_records_the_decision_first(

@@ -18,10 +18,12 @@
 -- ARGV[17] reserved grant id ('' for none)
 -- ARGV[18], ARGV[19], ARGV[20], ARGV[21] the grant.usage.released audit field/value for a
 --          duplicate, then for an exhausted budget
--- ARGV[22..] audit record JSON written first, whatever the outcome: the decision's
---          before-effect records (kernel.outbox), atomic with the accept or refusal
+-- ARGV[22] n, then ARGV[23..22+n] audit record JSON written first, whatever the outcome:
+--          the decision's before-effect records (kernel.outbox), atomic with the accept
+--          or the refusal; ARGV[23+n..] audit record JSON written only if accepted
 -- returns {"accepted", hops left} | {"duplicate", -1} | {"budget_exhausted", 0}
-for i = 22, #ARGV do
+local decided = 22 + (tonumber(ARGV[22]) or 0)
+for i = 23, decided do
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'e', ARGV[i])
 end
 local function refuse(status, hops, field, value)
@@ -60,4 +62,7 @@ end
 redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[9]) + tonumber(ARGV[10]))
 redis.call('ZADD', KEYS[3], ARGV[9], ARGV[1])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', ARGV[14], ARGV[15])
+for i = decided + 1, #ARGV do
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'e', ARGV[i])
+end
 return {'accepted', hops}
