@@ -9,8 +9,8 @@ durable configuration: the hashes have no TTL; ``revoke`` marks, never deletes.
 A grant id names one grant in its namespace, forever: ``put`` refuses an id held
 by another subject or ever revoked, so per-grant use counters cannot be shared.
 ``revoke`` also records the revocation (retained) for the live revocation port,
-:meth:`RedisGrantStore.check` (SharedOS ADR 0027): one script reads the
-revocation state of every id asked about, consistently.
+:meth:`RedisGrantStore.check` (SharedOS ADR 0027): one HMGET of one hash reads the
+revocation state of every id asked about and the revision, consistently.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class RedisGrantStore:
                 return True
             revoked = CapabilityGrant.from_wire({**grant.to_wire(), "revokedAt": at})
             swapped = int(await self._scripts.call(
-                "swap_grant", [key, keys.revocations, keys.revocation_revision],
+                "swap_grant", [key, keys.revocations],
                 [grant_id, raw, revoked.to_json(), at_ms]))
             if swapped != 0:
                 return swapped == 1
@@ -160,18 +160,24 @@ class RedisGrantStore:
                     at_ms: int) -> RevocationCheck:
         """The live revocation port: which of ``grant_ids`` are revoked at ``at_ms``.
 
-        One script reads every id and the revision together (consistent), on the
-        namespace's primary: a failure raises and the kernel fails closed.
+        One HMGET reads the revision (field ``""``) and every id together (one key:
+        consistent), on the namespace's primary: a failure raises and the kernel fails
+        closed.
 
         Raises:
             StoreUnavailable: Redis failed.
         """
-        keys = Keys(namespace_id)
-        answer = await self._scripts.call(
-            "check_revocations", [keys.revocations, keys.revocation_revision],
-            [at_ms, *grant_ids])
-        revision, *revoked = (_text(item) for item in answer)
-        return RevocationCheck(revision=revision, revoked=frozenset(revoked))
+        try:
+            answer = await cast("Awaitable[list[bytes | None]]", self._redis.hmget(
+                Keys(namespace_id).revocations, ["", *grant_ids]))
+        except STORE_ERRORS as exc:
+            raise store_unavailable("grants.check", exc) from exc
+        revision, *revoked_from = answer
+        revoked = frozenset(grant_id for grant_id, raw in zip(grant_ids, revoked_from,
+                                                                strict=True)
+                            if raw is not None and int(raw) <= at_ms)
+        return RevocationCheck(revision=_text(revision) if revision is not None else "0",
+                               revoked=revoked)
 
     async def _hget(self, key: str, field: str) -> bytes | None:
         try:

@@ -29,9 +29,10 @@ Key (type) — owner — lifetime:
 - ``sos:{ns}:grants:<subject kind>:<subject id>`` (hash grant id → grant JSON) — grant store.
 - ``sos:{ns}:grant-ids`` (hash grant id → subject tag) — grant store: a grant id
   names one grant of one subject in a namespace, forever (no TTL).
-- ``sos:{ns}:revocations`` (hash grant id → revoked-from epoch ms) and
-  ``sos:{ns}:revocations:revision`` (string int) — grant store: retained
-  revocations, read per decision by live revocation (no TTL).
+- ``sos:{ns}:revocations`` (hash grant id → revoked-from epoch ms; the field ``""``,
+  never a grant id, holds the revision: incremented by every recorded revocation) —
+  grant store: retained revocations, read per decision by live revocation with one
+  HMGET (no TTL).
 - ``sos:{ns}:policy:deny`` (set of ``<resource namespace>:<action>``) — host policy:
   deny rules of the host ceiling, set by an operator (no TTL; empty by default).
 - ``sos:{ns}:usage`` (hash grant id → uses spent) — usage store.
@@ -153,13 +154,8 @@ class Keys:
 
     @property
     def revocations(self) -> str:
-        """Hash: grant id → revoked-from epoch ms (kept forever)."""
+        """Hash: grant id → revoked-from epoch ms (kept forever); field ``""``: the revision."""
         return f"{self.prefix}revocations"
-
-    @property
-    def revocation_revision(self) -> str:
-        """String: incremented by every recorded revocation."""
-        return f"{self.prefix}revocations:revision"
 
     @property
     def policy_deny(self) -> str:

@@ -8,6 +8,8 @@ import time
 import pytest
 from redis.asyncio import Redis
 
+from sharedos_redis.kernel.ports import RevocationCheck
+from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.keys import RELAY_GROUP, Keys
 from sharedos_redis.store.scripts import Scripts
 
@@ -139,7 +141,7 @@ async def test_swap_grant_is_compare_and_set(
 ) -> None:
     scripts = Scripts(redis)
     key = keys.grants("agent", "bob")
-    swap = [key, keys.revocations, keys.revocation_revision]
+    swap = [key, keys.revocations]
     await redis.hset(key, "g-1", "v1")
     assert await scripts.call("swap_grant", swap, ["g-1", "v0", "v2", 5000]) == 0
     assert await keyspace() == {key}  # nothing recorded when the compare fails
@@ -147,22 +149,20 @@ async def test_swap_grant_is_compare_and_set(
     assert await scripts.call("swap_grant", swap, ["g-1", "v2", "v3", 9000]) == 1
     assert await scripts.call("swap_grant", swap, ["g-9", "v1", "v2", 1]) == -1
     assert await redis.hgetall(key) == {b"g-1": b"v3"}
-    assert await redis.hgetall(keys.revocations) == {b"g-1": b"5000"}  # the earliest is kept
-    assert await redis.get(keys.revocation_revision) == b"2"
+    assert await redis.hgetall(keys.revocations) == {  # the earliest is kept
+        b"g-1": b"5000", b"": b"2"}  # field "": the revision
     assert await keyspace() == set(swap)
 
 
 async def test_check_revocations_reads_every_id_at_the_instant(
     redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
 ) -> None:
-    scripts = Scripts(redis)
-    read = [keys.revocations, keys.revocation_revision]
-    assert await scripts.call("check_revocations", read, [10, "g-1"]) == [b"0"]
-    await redis.hset(keys.revocations, mapping={"g-1": 5, "g-2": 20})
-    await redis.set(keys.revocation_revision, 7)
-    assert await scripts.call("check_revocations", read, [10, "g-1", "g-2", "g-3"]) == [
-        b"7", b"g-1"]
-    assert await keyspace() == set(read)
+    grants = RedisGrantStore(redis)
+    assert await grants.check(ns, ["g-1"], 10) == RevocationCheck("0", frozenset())
+    await redis.hset(keys.revocations, mapping={"g-1": 5, "g-2": 20, "": 7})
+    assert await grants.check(ns, ["g-1", "g-2", "g-3"], 10) == RevocationCheck(
+        "7", frozenset({"g-1"}))
+    assert await keyspace() == {keys.revocations}
 
 
 async def test_put_grant_keeps_ids_unique_and_never_reuses_a_revoked_one(

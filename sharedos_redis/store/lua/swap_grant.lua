@@ -1,7 +1,7 @@
 -- swap_grant: compare-and-set one stored grant (used by revoke), recording the revocation.
 -- KEYS[1] grants hash       sos:{ns}:grants:<kind>:<id>
--- KEYS[2] revocations hash  sos:{ns}:revocations   (grant id -> revoked-from epoch ms)
--- KEYS[3] revision string   sos:{ns}:revocations:revision
+-- KEYS[2] revocations hash  sos:{ns}:revocations   (grant id -> revoked-from epoch ms;
+--                           field "" -> the revision, incremented by every revocation)
 -- ARGV[1] grant id
 -- ARGV[2] the grant JSON the caller read
 -- ARGV[3] the grant JSON to store
@@ -20,5 +20,5 @@ local before = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '')
 if before == nil or tonumber(ARGV[4]) < before then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
 end
-redis.call('INCR', KEYS[3])
+redis.call('HINCRBY', KEYS[2], '', 1)
 return 1
