@@ -1,6 +1,9 @@
 """Loads the Lua scripts in ``store/lua/`` once and calls them by name.
 
-Each ``lua/<verb_noun>.lua`` file opens with its KEYS/ARGV/return contract.
+Each ``lua/<verb_noun>.lua`` file opens with its KEYS/ARGV/return contract; the
+helpers they share (server time, attributed audit records, the terminal cleanup,
+settlement and dead-letter entries) are ``lua/_prelude.lua``, put in front of every
+script when it is loaded.
 redis-py's ``AsyncScript`` sends EVALSHA and reloads on NOSCRIPT, so a server
 restart or SCRIPT FLUSH is handled. On a Redis Cluster its reload (``SCRIPT LOAD`` to
 the primaries the client knows) can miss a just-promoted replica, whose script
@@ -23,13 +26,21 @@ from redis.exceptions import NoScriptError
 
 from .boundary import store_errors
 
-__all__ = ["Scripts", "lua_source"]
+__all__ = ["Scripts", "lua_source", "script_source"]
+
+PRELUDE = "_prelude"
 
 
 @cache
 def lua_source(name: str) -> str:
     """The text of ``store/lua/<name>.lua``."""
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+@cache
+def script_source(name: str) -> str:
+    """What runs as script ``name``: the shared prelude, then ``lua/<name>.lua``."""
+    return lua_source(PRELUDE) + "\n" + lua_source(name)
 
 
 class Scripts:
@@ -42,7 +53,7 @@ class Scripts:
     def _script(self, name: str) -> AsyncScript:
         script = self._scripts.get(name)
         if script is None:
-            script = self._redis.register_script(lua_source(name))
+            script = self._redis.register_script(script_source(name))
             self._scripts[name] = script
         return script
 

@@ -15,21 +15,9 @@
 -- ARGV[10] audit event id   ARGV[11] now RFC 3339
 -- returns {outcome, attempt, env, ctx, deadline, traceparent}; outcome is claimed | busy |
 --   closed (terminal) | missing | dead (dead-lettered by this call)
-local function now_ms()
-  if ARGV[5] ~= '' then return tonumber(ARGV[5]) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 local function audit(ctx_json, etype, outcome, reason, metadata)
-  local ok, ctx = pcall(cjson.decode, ctx_json or '')
-  if not ok or type(ctx) ~= 'table' then return end
-  local event = {
-    version = '2', id = ARGV[10], type = etype, outcome = outcome, at = ARGV[11],
-    traceId = ctx['traceId'], namespaceId = ctx['namespaceId'], actor = ctx['actor'],
-    authority = ctx['authority'], owner = ctx['owner'], purpose = ctx['purpose'],
-    messageId = ARGV[1], reason = reason, metadata = metadata,
-  }
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'e', cjson.encode(event))
+  append_event(KEYS[5], ARGV[8], ctx_json, {id = ARGV[10], type = etype, outcome = outcome,
+    at = ARGV[11], messageId = ARGV[1], reason = reason, metadata = metadata})
 end
 
 local m = redis.call('HMGET', KEYS[1], 'state', 'attempts', 'lease', 'deadline', 'env', 'ctx',
@@ -41,22 +29,17 @@ local deadline = m[4] or '0'
 if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then
   return {'closed', attempts, '', '', deadline}
 end
-local now = now_ms()
+local now = now_ms(ARGV[5])
 local now_s = string.format('%d', now)
 if state == 'running' and (tonumber(m[3]) or 0) > now then
   return {'busy', attempts, '', '', deadline}
 end
 if attempts >= tonumber(ARGV[3]) then
   local code = 'request_dead_lettered'
-  redis.call('HSET', KEYS[1], 'state', 'dead', 'code', code, 'updated', now_s)
-  redis.call('HDEL', KEYS[1], 'lease')
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[9], '*', 'id', ARGV[1], 'reason', code,
-    'at', ARGV[11])
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'id', ARGV[1], 'state', 'dead',
-    'result', code)
+  end_request(KEYS[1], KEYS[3], KEYS[2], ARGV[1], ARGV[6], 'state', 'dead', 'code', code,
+    'updated', now_s)
+  dead_letter(KEYS[6], ARGV[9], ARGV[1], code, ARGV[11])
+  announce(KEYS[4], ARGV[7], ARGV[1], 'dead', code)
   audit(m[6], 'request.dead_lettered', 'failed', code, nil)
   return {'dead', attempts, '', '', deadline}
 end

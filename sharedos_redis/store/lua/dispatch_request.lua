@@ -12,27 +12,14 @@
 -- returns 1 dispatched; 0 acked only (marker gone or no longer accepted);
 --        -1 acked only, the stored context is unreadable (left to the reconciler)
 local marker = redis.call('HMGET', KEYS[1], 'state', 'ctx')
-local ctx = nil
-if marker[1] == 'accepted' then
-  local ok, decoded = pcall(cjson.decode, marker[2])
-  if ok and type(decoded) == 'table' then
-    ctx = decoded
-  end
-end
 redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[2], ARGV[2])
 if marker[1] ~= 'accepted' then
   return 0
 end
-if ctx == nil then
+if not append_event(KEYS[3], ARGV[7], marker[2], {id = ARGV[6], type = 'message.dispatched',
+    outcome = 'succeeded', at = ARGV[5], messageId = ARGV[3]}) then
   return -1
 end
 redis.call('HSET', KEYS[1], 'state', 'dispatched', 'updated', ARGV[4])
-local event = {
-  version = '2', id = ARGV[6], type = 'message.dispatched', outcome = 'succeeded',
-  at = ARGV[5], traceId = ctx['traceId'], namespaceId = ctx['namespaceId'],
-  actor = ctx['actor'], authority = ctx['authority'], owner = ctx['owner'],
-  purpose = ctx['purpose'], messageId = ARGV[3],
-}
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'e', cjson.encode(event))
 return 1

@@ -19,10 +19,8 @@ for i = 5, #ARGV do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     local held = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[2], id)
     if held > 0 then
-      redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'id', id, 'reason', ARGV[1],
-        'at', ARGV[2])
-      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'id', id, 'state', 'expired',
-        'result', ARGV[1])
+      dead_letter(KEYS[4], ARGV[4], id, ARGV[1], ARGV[2])
+      announce(KEYS[3], ARGV[3], id, 'expired', ARGV[1])
       forgotten[#forgotten + 1] = id
     end
   end

@@ -26,27 +26,12 @@ if hops == nil or hops < 1 then
   return -1
 end
 redis.call('SET', KEYS[5], hops - 1, 'PX', ARGV[9])
-local now
-if ARGV[3] ~= '' then
-  now = tonumber(ARGV[3])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 redis.call('HDEL', KEYS[1], 'code', 'reply', 'lease')
 redis.call('HSET', KEYS[1], 'state', 'accepted', 'attempts', '0', 'deadline', ARGV[2],
-  'updated', string.format('%d', now))
+  'updated', string.format('%d', now_ms(ARGV[3])))
 redis.call('PEXPIREAT', KEYS[1], string.format('%d', tonumber(ARGV[2]) + tonumber(ARGV[4])))
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('XADD', KEYS[3], '*', 'id', ARGV[1])
-local ok, ctx = pcall(cjson.decode, m[2] or '')
-if ok and type(ctx) == 'table' then
-  local event = {
-    version = '2', id = ARGV[6], type = 'request.redriven', outcome = 'succeeded',
-    at = ARGV[7], traceId = ctx['traceId'], namespaceId = ctx['namespaceId'],
-    actor = ctx['actor'], authority = ctx['authority'], owner = ctx['owner'],
-    purpose = ctx['purpose'], messageId = ARGV[1],
-  }
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'e', cjson.encode(event))
-end
+append_event(KEYS[4], ARGV[5], m[2], {id = ARGV[6], type = 'request.redriven',
+  outcome = 'succeeded', at = ARGV[7], messageId = ARGV[1]})
 return 1

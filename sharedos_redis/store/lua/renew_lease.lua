@@ -7,14 +7,7 @@
 local m = redis.call('HMGET', KEYS[1], 'state', 'attempts')
 if not m[1] then return -1 end
 if m[1] ~= 'running' or m[2] ~= ARGV[3] then return 0 end
-local now
-if ARGV[4] ~= '' then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local lease = string.format('%d', now + tonumber(ARGV[2]))
+local lease = string.format('%d', now_ms(ARGV[4]) + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'lease', lease)
 redis.call('ZADD', KEYS[2], lease, ARGV[1])
 return 1

@@ -23,33 +23,12 @@ if not state then return {0, 'unknown_request', '', ''} end
 if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then
   return {0, 'request_closed', state, state}
 end
-local now
-if ARGV[4] ~= '' then
-  now = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'code', ARGV[3],
-  'updated', string.format('%d', now))
-redis.call('HDEL', KEYS[1], 'lease')
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end_request(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[5], 'state', ARGV[2], 'code', ARGV[3],
+  'updated', string.format('%d', now_ms(ARGV[4])))
 if ARGV[2] == 'dead' then
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[8], '*', 'id', ARGV[1], 'reason', ARGV[3],
-    'at', ARGV[10])
+  dead_letter(KEYS[6], ARGV[8], ARGV[1], ARGV[3], ARGV[10])
 end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'id', ARGV[1], 'state', ARGV[2],
-  'result', ARGV[3])
-local ok, ctx = pcall(cjson.decode, m[2] or '')
-if ok and type(ctx) == 'table' then
-  local event = {
-    version = '2', id = ARGV[9], type = event_types[ARGV[2]], outcome = 'failed',
-    at = ARGV[10], traceId = ctx['traceId'], namespaceId = ctx['namespaceId'],
-    actor = ctx['actor'], authority = ctx['authority'], owner = ctx['owner'],
-    purpose = ctx['purpose'], messageId = ARGV[1], reason = ARGV[3],
-  }
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[7], '*', 'e', cjson.encode(event))
-end
+announce(KEYS[4], ARGV[6], ARGV[1], ARGV[2], ARGV[3])
+append_event(KEYS[5], ARGV[7], m[2], {id = ARGV[9], type = event_types[ARGV[2]],
+  outcome = 'failed', at = ARGV[10], messageId = ARGV[1], reason = ARGV[3]})
 return {1, 'settled', ARGV[2], ''}

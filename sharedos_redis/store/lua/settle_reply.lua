@@ -18,15 +18,11 @@
 --   ({namespaceId, actor, authority, owner, purpose, traceId})
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
 local function audit(ctx_json, etype, outcome, reason, cause)
-  local ok, ctx = pcall(cjson.decode, ctx_json or ARGV[13])
-  if not ok or type(ctx) ~= 'table' then ctx = cjson.decode(ARGV[13]) end
-  local event = {
-    version = '2', id = ARGV[11], type = etype, outcome = outcome, at = ARGV[12],
-    traceId = ctx['traceId'], namespaceId = ctx['namespaceId'], actor = ctx['actor'],
-    authority = ctx['authority'], owner = ctx['owner'], purpose = ctx['purpose'],
-    messageId = ARGV[1], reason = reason, cause = cause,
-  }
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[10], '*', 'e', cjson.encode(event))
+  local fields = {id = ARGV[11], type = etype, outcome = outcome, at = ARGV[12],
+    messageId = ARGV[1], reason = reason, cause = cause}
+  if not append_event(KEYS[5], ARGV[10], ctx_json, fields) then
+    append_event(KEYS[5], ARGV[10], ARGV[13], fields)  -- no readable stored context
+  end
 end
 
 local m = redis.call('HMGET', KEYS[1], 'state', 'from', 'to', 'purpose', 'trace', 'ctx')
@@ -49,19 +45,8 @@ if cause then
   audit(m[6], 'reply.refused', 'denied', 'reply_mismatch', cause)
   return {0, 'reply_mismatch', state, cause}
 end
-local now
-if ARGV[7] ~= '' then
-  now = tonumber(ARGV[7])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-redis.call('HSET', KEYS[1], 'state', 'replied', 'reply', ARGV[2],
-  'updated', string.format('%d', now))
-redis.call('HDEL', KEYS[1], 'lease')
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[8])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[9], '*', 'id', ARGV[1], 'state', 'replied')
+end_request(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[8], 'state', 'replied',
+  'reply', ARGV[2], 'updated', string.format('%d', now_ms(ARGV[7])))
+announce(KEYS[4], ARGV[9], ARGV[1], 'replied', nil)
 audit(m[6], 'reply.settled', 'succeeded', nil, nil)
 return {1, 'settled', 'replied', ''}
