@@ -8,11 +8,13 @@ Imports nothing of ours.
 
 from __future__ import annotations
 
-import uuid
+import os
 
 __all__ = ["new_id"]
 
 
 def new_id() -> str:
-    """Return a fresh random identifier (32 lowercase hex characters of a uuid4)."""
-    return uuid.uuid4().hex
+    """Return a fresh random identifier: 32 lowercase hex characters, 128 random bits
+    from the OS (``os.urandom``; five times cheaper than formatting a ``uuid4``, and a
+    request mints about twenty ids)."""
+    return os.urandom(16).hex()
