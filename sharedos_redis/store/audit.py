@@ -19,6 +19,7 @@ from ..errors import AuditUnavailable
 from ..kernel.contracts import AuditEvent
 from .boundary import STORE_ERRORS, Backoff, store_unavailable
 from .keys import Keys
+from .limits import AUDIT_MAXLEN
 
 __all__ = ["AUDIT_FIELD", "RedisAuditSink", "audit_fields"]
 
@@ -46,7 +47,7 @@ class RedisAuditSink:
     wait (beyond that the oldest are dropped, logged and counted in ``dropped``).
     """
 
-    def __init__(self, redis: Redis, *, maxlen: int = 100_000,
+    def __init__(self, redis: Redis, *, maxlen: int = AUDIT_MAXLEN,
                  max_pending: int = 10_000) -> None:
         self._redis = redis
         self._maxlen = maxlen

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from ..errors import ConfigurationError
 from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys
+from .limits import BUDGET_TTL_S, DEFAULT_HOPS
 
 __all__ = ["TraceBudget"]
 
@@ -36,7 +37,8 @@ class TraceBudget:
         ttl_s: the budget's time to live (refreshed on every spend).
     """
 
-    def __init__(self, redis: Redis, *, default_hops: int = 16, ttl_s: int = 86_400) -> None:
+    def __init__(self, redis: Redis, *, default_hops: int = DEFAULT_HOPS,
+                 ttl_s: int = BUDGET_TTL_S) -> None:
         self._redis = redis
         self.default_hops = _check_hops(default_hops)
         self.ttl_ms = ttl_s * 1000

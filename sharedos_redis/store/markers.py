@@ -37,6 +37,15 @@ from ..kernel.ids import new_id
 from .audit import audit_fields
 from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys, address_tag
+from .limits import (
+    AUDIT_MAXLEN,
+    BUDGET_TTL_S,
+    DEAD_MAXLEN,
+    DEFAULT_HOPS,
+    MAX_PAYLOAD_BYTES,
+    RETENTION_S,
+    SETTLED_MAXLEN,
+)
 from .scripts import Scripts
 
 __all__ = ["EXPIRED_CODE", "HOST_ADDRESS", "ClaimOutcome", "FailureState", "MarkerStore",
@@ -134,9 +143,9 @@ class MarkerStore:
         clock_ms: replaces the Redis server's clock (tests only).
     """
 
-    def __init__(self, redis: Redis, *, retention_s: int = 86_400, audit_maxlen: int = 100_000,
-                 settled_maxlen: int = 10_000, dead_maxlen: int = 100_000,
-                 max_reply_bytes: int = 1_048_576,
+    def __init__(self, redis: Redis, *, retention_s: int = RETENTION_S,
+                 audit_maxlen: int = AUDIT_MAXLEN, settled_maxlen: int = SETTLED_MAXLEN,
+                 dead_maxlen: int = DEAD_MAXLEN, max_reply_bytes: int = MAX_PAYLOAD_BYTES,
                  clock_ms: Callable[[], int] | None = None) -> None:
         self.max_reply_bytes = max_reply_bytes
         self._redis = redis
@@ -386,7 +395,8 @@ class MarkerStore:
         return OpenScan(stale=stale, next_start=next_start)
 
     async def redrive(self, namespace: str, message_id: str, *, deadline_ms: int,
-                      trace_id: str, default_hops: int = 16, budget_ttl_ms: int = 86_400_000,
+                      trace_id: str, default_hops: int = DEFAULT_HOPS,
+                      budget_ttl_ms: int = BUDGET_TTL_S * 1000,
                       released: tuple[str, tuple[str, str]] | None = None) -> RedriveStatus:
         """Re-drive a dead letter: ``dead → accepted`` with attempts 0 and a new deadline.
 

@@ -35,6 +35,7 @@ from ..observability import telemetry
 from ..store.boundary import STORE_ERRORS, Backoff, store_unavailable
 from ..store.cluster import slot_groups
 from ..store.keys import RELAY_GROUP, Keys
+from ..store.limits import AUDIT_MAXLEN
 from ..store.scripts import Scripts
 
 __all__ = ["OutboxRelay", "WakeHook"]
@@ -89,7 +90,7 @@ class OutboxRelay:
         block_ms: int = 1000,
         claim_idle_ms: int = 30_000,
         batch: int = 64,
-        audit_maxlen: int = 100_000,
+        audit_maxlen: int = AUDIT_MAXLEN,
         capacity: Callable[[], int] | None = None,
     ) -> None:
         self._redis = redis

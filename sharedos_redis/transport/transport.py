@@ -46,6 +46,14 @@ from ..kernel.usage import UseReservation, reserved_use
 from ..observability import telemetry
 from ..store.audit import RedisAuditSink, audit_fields
 from ..store.keys import Keys, address_tag
+from ..store.limits import (
+    AUDIT_MAXLEN,
+    BUDGET_TTL_S,
+    DEFAULT_HOPS,
+    MAX_PAYLOAD_BYTES,
+    REQUEST_TIMEOUT_S,
+    RETENTION_S,
+)
 from ..store.markers import payload_bytes
 from ..store.scripts import Scripts
 from .deadlines import turn_deadline_ms
@@ -80,12 +88,12 @@ class TransportSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    request_timeout_s: float = Field(default=60.0, gt=0)
-    default_budget_hops: int = Field(default=16, ge=0)
-    max_payload_bytes: int = Field(default=1_048_576, gt=0)
-    retention_s: int = Field(default=86_400, gt=0)
-    budget_ttl_s: int = Field(default=86_400, gt=0)
-    audit_maxlen: int = Field(default=100_000, gt=0)
+    request_timeout_s: float = Field(default=REQUEST_TIMEOUT_S, gt=0)
+    default_budget_hops: int = Field(default=DEFAULT_HOPS, ge=0)
+    max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, gt=0)
+    retention_s: int = Field(default=RETENTION_S, gt=0)
+    budget_ttl_s: int = Field(default=BUDGET_TTL_S, gt=0)
+    audit_maxlen: int = Field(default=AUDIT_MAXLEN, gt=0)
     accept_timeout_s: float = Field(default=10.0, gt=0)
 
 

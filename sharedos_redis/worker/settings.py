@@ -12,6 +12,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import ConfigurationError
+from ..store.limits import AUDIT_MAXLEN, DEFAULT_HOPS, REQUEST_TIMEOUT_S, RETENTION_S
 
 __all__ = ["HostSettings"]
 
@@ -50,14 +51,14 @@ class HostSettings(BaseModel):
         max_reply_bytes: the largest reply payload stored (compact UTF-8 JSON); a larger
             reply fails its request ``reply_too_large``. None: the request limit.
         live_revocation: with the Redis grant store, a revocation reaches the next
-            decision of a running turn (one script read per matching grant, SharedOS
+            decision of a running turn (one HMGET per matching grant, SharedOS
             ADR 0027); off, a turn keeps the grants it was admitted with and a
             revocation reaches the next turn.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    request_timeout_s: float = Field(60.0, gt=0)
+    request_timeout_s: float = Field(REQUEST_TIMEOUT_S, gt=0)
     turn_timeout_s: float = Field(45.0, gt=0, le=600)
     lease_s: float = Field(15.0, gt=0)
     max_attempts: int = Field(3, ge=1)
@@ -66,9 +67,9 @@ class HostSettings(BaseModel):
     poll_delay_s: float = Field(0.005, gt=0)
     reconcile_interval_s: float = Field(1.0, gt=0)
     claim_idle_s: float = Field(10.0, gt=0)
-    default_budget_hops: int = Field(16, ge=1)
-    retention_s: int = Field(86_400, ge=1)
-    audit_maxlen: int = Field(100_000, ge=1000)
+    default_budget_hops: int = Field(DEFAULT_HOPS, ge=1)
+    retention_s: int = Field(RETENTION_S, ge=1)
+    audit_maxlen: int = Field(AUDIT_MAXLEN, ge=1000)
     direct_dispatch: bool = True
     drain_grace_s: float = Field(10.0, ge=0)
     live_revocation: bool = True
