@@ -7,19 +7,15 @@ Runs on fakeredis and on real Redis (REDIS_URL).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from redis.asyncio import Redis
 
-from sharedos_redis.errors import StoreUnavailable
 from sharedos_redis.kernel.contracts import AuditEvent, agent
 from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.budget import TraceBudget
-from sharedos_redis.transport import RedisStreamTransport
 
 from ..support import make_context
-from .test_use_accounting import _ask, _kernel, cleanup
+from .test_use_accounting import LostReply, _ask, _kernel, cleanup
 
 pytestmark = pytest.mark.anyio
 __all__ = ["cleanup"]  # the fixture, imported
@@ -80,10 +76,6 @@ async def test_a_refusal_before_the_script_records_the_decision_before_the_relea
 
 async def test_a_failed_accept_still_records_the_decision(
         redis: Redis, ns: str, cleanup: None) -> None:
-    class LostReply(RedisStreamTransport):
-        async def _accept(self, *args: Any, **kwargs: Any) -> Any:
-            raise StoreUnavailable("accept_request", "the reply was lost")
-
     kernel = await _kernel(redis, ns, max_uses=2, transport=LostReply(redis))
     result = await kernel.invoke_tool(make_context(ns), _ask("ok", 1))
     assert result.status == "failed"

@@ -58,6 +58,13 @@ async def _kernel(redis: Redis, ns: str, max_uses: int,
                   transport=transport, router=InMemoryRouter(payload="ok"))
 
 
+class LostReply(RedisStreamTransport):
+    """A transport whose accept script's reply is lost (it may or may not have run)."""
+
+    async def _accept(self, *args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("accept_request", "the reply was lost")
+
+
 def _ask(payload: Any, n: int, trace: str = "trace-1") -> ToolCall:
     return ToolCall.from_wire({
         "id": f"call-{n}", "tool": "messages.request", "traceId": trace,
@@ -105,10 +112,6 @@ async def test_an_exhausted_trace_budget_gives_the_use_back_in_the_accept_script
 
 async def test_a_store_failure_during_accept_keeps_the_use_spent(
         redis: Redis, ns: str, cleanup: None) -> None:
-    class LostReply(RedisStreamTransport):
-        async def _accept(self, *args: Any, **kwargs: Any) -> Any:
-            raise StoreUnavailable("accept_request", "the reply was lost")
-
     kernel = await _kernel(redis, ns, max_uses=2, transport=LostReply(redis))
     ctx = make_context(ns)
     result = await kernel.invoke_tool(ctx, _ask("ok", 1))
