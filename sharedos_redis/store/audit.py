@@ -45,11 +45,17 @@ class RedisAuditSink:
     record is lost only if the process dies before it is written; while Redis is
     down records stay queued and are retried with back-off; at most ``max_pending``
     wait (beyond that the oldest are dropped, logged and counted in ``dropped``).
+
+    ``linger_s``: how long the writer waits after a wake-up before it writes, so
+    records gather and a settlement script can carry them instead
+    (:meth:`take_queued`: the marker store appends them ahead of its own record, in
+    the same atomic script; the host uses 2 ms).
     """
 
     def __init__(self, redis: Redis, *, maxlen: int = AUDIT_MAXLEN,
-                 max_pending: int = 10_000) -> None:
+                 max_pending: int = 10_000, linger_s: float = 0.0) -> None:
         self._redis = redis
+        self._linger_s = linger_s
         self._maxlen = maxlen
         self._max_pending = max_pending
         self._pending: list[AuditEvent] = []
@@ -69,6 +75,22 @@ class RedisAuditSink:
         except AuditUnavailable:
             self._pending[:0] = queued  # the background writer retries them
             raise
+
+    def take_queued(self, namespace_id: str) -> list[AuditEvent]:
+        """Remove and return the queued records of ``namespace_id``, in order, for a
+        script to append ahead of its own records (atomically, saving the writer's round
+        trip); hand them back with :meth:`give_back` if the script failed."""
+        taken = [event for event in self._pending if event.namespace_id == namespace_id]
+        if taken:
+            self._pending = [e for e in self._pending if e.namespace_id != namespace_id]
+        return taken
+
+    def give_back(self, events: list[AuditEvent]) -> None:
+        """Queue ``events`` (from :meth:`take_queued`) again, ahead of newer records."""
+        if events:
+            self._requeue(events)  # without a running writer the next ``record`` carries them
+            if self._wakeup is not None:
+                self._wakeup.set()
 
     def record_later(self, event: AuditEvent) -> bool:
         """Queue an after-effect record for the background writer (see the class doc).
@@ -98,6 +120,8 @@ class RedisAuditSink:
         try:
             while not self._stopping:
                 await self._wakeup.wait()
+                if self._linger_s > 0 and not self._stopping:
+                    await anyio.sleep(self._linger_s)  # a settlement may carry them meanwhile
                 self._wakeup = anyio.Event()
                 error = await self._flush()
                 if error is None:

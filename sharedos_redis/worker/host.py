@@ -144,14 +144,15 @@ class MessagingHost:
             live = self.grant_store if s.live_revocation else None
         self.usage = RedisGrantUsageStore(self.redis)
         self.policy = RedisHostPolicy(self.redis)
-        self.audit = RedisAuditSink(self.redis, maxlen=s.audit_maxlen)
+        self.audit = RedisAuditSink(self.redis, maxlen=s.audit_maxlen, linger_s=0.002)
         self.budget = TraceBudget(self.redis, default_hops=s.default_budget_hops)
         self.transport = RedisStreamTransport(self.redis, settings=TransportSettings(
             request_timeout_s=s.request_timeout_s, default_budget_hops=s.default_budget_hops,
             retention_s=s.retention_s, audit_maxlen=s.audit_maxlen))
         self.markers = MarkerStore(
             self.redis, retention_s=s.retention_s, audit_maxlen=s.audit_maxlen,
-            max_reply_bytes=s.max_reply_bytes or self.transport.settings.max_payload_bytes)
+            max_reply_bytes=s.max_reply_bytes or self.transport.settings.max_payload_bytes,
+            audit=self.audit)
         self.router = RedisRequestRouter(self.redis, markers=self.markers)
         self.transport.watch = self.router  # waiters armed before the accept: one read less
         # the kernel reaches the transport and the tool handlers through effect counters:

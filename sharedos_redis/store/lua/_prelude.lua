@@ -47,6 +47,14 @@ local function announce(settled, maxlen, id, state, result)
   end
 end
 
+-- carry(audit, maxlen, first): append ARGV[first..] as audit records (wire JSON): records
+-- the caller had queued, written in order ahead of this script's own (an audit outbox).
+local function carry(audit, maxlen, first)
+  for i = first, #ARGV do
+    redis.call('XADD', audit, 'MAXLEN', '~', maxlen, '*', 'e', ARGV[i])
+  end
+end
+
 -- dead_letter(dead, maxlen, id, reason, at): one dead-letter entry {id, reason, at}.
 local function dead_letter(dead, maxlen, id, reason, at)
   redis.call('XADD', dead, 'MAXLEN', '~', maxlen, '*', 'id', id, 'reason', reason, 'at', at)

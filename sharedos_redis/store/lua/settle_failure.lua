@@ -12,11 +12,13 @@
 -- ARGV[1] message id   ARGV[2] terminal state   ARGV[3] reason code   ARGV[4] now ms or ""
 -- ARGV[5] retention ms   ARGV[6] settled MAXLEN ~   ARGV[7] audit MAXLEN ~
 -- ARGV[8] dead MAXLEN ~  ARGV[9] audit event id     ARGV[10] now RFC 3339
+-- ARGV[11..] queued audit records (wire JSON) written first, whatever the outcome
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
 local event_types = {
   failed = 'request.failed', timed_out = 'request.timed_out',
   cancelled = 'request.cancelled', dead = 'request.dead_lettered',
 }
+carry(KEYS[5], ARGV[7], 11)
 local m = redis.call('HMGET', KEYS[1], 'state', 'ctx')
 local state = m[1]
 if not state then return {0, 'unknown_request', '', ''} end

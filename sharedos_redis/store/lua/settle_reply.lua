@@ -16,6 +16,7 @@
 -- ARGV[9] settled MAXLEN ~   ARGV[10] audit MAXLEN ~      ARGV[11] audit event id
 -- ARGV[12] now RFC 3339      ARGV[13] attribution JSON used when no context is stored
 --   ({namespaceId, actor, authority, owner, purpose, traceId})
+-- ARGV[14..] queued audit records (wire JSON) written first, whatever the outcome
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
 local function audit(ctx_json, etype, outcome, reason, cause)
   local fields = {id = ARGV[11], type = etype, outcome = outcome, at = ARGV[12],
@@ -25,6 +26,7 @@ local function audit(ctx_json, etype, outcome, reason, cause)
   end
 end
 
+carry(KEYS[5], ARGV[10], 14)
 local m = redis.call('HMGET', KEYS[1], 'state', 'from', 'to', 'purpose', 'trace', 'ctx')
 local state = m[1]
 if not state then
