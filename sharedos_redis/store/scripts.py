@@ -26,7 +26,7 @@ from redis.exceptions import NoScriptError
 
 from .boundary import store_errors
 
-__all__ = ["Scripts", "lua_source", "script_source"]
+__all__ = ["PRELUDE", "Scripts", "lua_source", "script_source"]
 
 PRELUDE = "_prelude"
 
@@ -68,7 +68,7 @@ class Scripts:
                 return await self._script(name)(keys=list(keys), args=list(args))
             except NoScriptError:  # see the module doc: a promoted replica on a cluster
                 return await self._redis.eval(  # type: ignore[misc]  # async client
-                    lua_source(name), len(keys), *keys, *args)
+                    script_source(name), len(keys), *keys, *args)
 
     async def now_ms(self, key: str) -> int:
         """The server's clock (ms) on the node that owns ``key`` (never a random node).

@@ -3,5 +3,4 @@
 -- a keyless TIME would go to a random node.
 -- KEYS[1] any key of the namespace (not read)
 -- returns ms since the epoch
-local t = redis.call('TIME')
-return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return now_ms('')
