@@ -295,13 +295,24 @@ class SettledListener:
                 stream.idle_since = time.monotonic()
 
     @asynccontextmanager
-    async def watch(self, namespace: str, message_id: str
-                    ) -> AsyncIterator[tuple[WaitSlot, bool]]:
-        """Register a waiter for (namespace, message id); yields its slot and whether it
-        was armed before its accept (then no durable check is needed first).
+    async def watch(self, namespace: str, message_id: str) -> AsyncIterator[WaitSlot]:
+        """Register a waiter for (namespace, message id); yields its slot.
 
-        Otherwise the namespace's read position is fixed before this yields, so the
-        caller's durable check afterwards cannot miss a settlement.
+        The namespace's read position is fixed before this yields (unless the waiter
+        was armed, see :meth:`watch_request`), so the caller's durable check afterwards
+        cannot miss a settlement.
+
+        Raises:
+            StoreUnavailable: the stream position could not be read.
+        """
+        async with self.watch_request(namespace, message_id) as (slot, _):
+            yield slot
+
+    @asynccontextmanager
+    async def watch_request(self, namespace: str, message_id: str
+                            ) -> AsyncIterator[tuple[WaitSlot, bool]]:
+        """:meth:`watch`, also saying whether the waiter was armed before its accept
+        (:meth:`expect`): then it needs no durable check before it waits.
 
         Raises:
             StoreUnavailable: the stream position could not be read.

@@ -152,7 +152,7 @@ class RedisRequestRouter:
         hint = (receipt.metadata or {}).get("deadlineMs")
         deadline_hint = hint if isinstance(hint, int) and not isinstance(hint, bool) else None
         try:
-            async with listener.watch(ns, mid) as (slot, armed):
+            async with listener.watch_request(ns, mid) as (slot, armed):
                 return await self._await_outcome(ns, mid, slot, deadline_hint, armed=armed)
         except (anyio.get_cancelled_exc_class(), StoreUnavailable):
             # Nobody waits any more: end the request (if Redis lets us) rather than leave it
