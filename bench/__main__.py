@@ -29,9 +29,9 @@ from .bare_arq import arq_round_trip
 from .cost import command_cost
 from .floor import floor_round_trip
 from .full_path import fake_path, full_path
+from .load import sustained, worker_scaling
 from .procs import RESULTS, stop_all
 from .report import ratios, render, targets
-from .scale import sustained, worker_scaling
 from .stats import RoundTrip, measure
 from .waiters import payload_of, waiters
 
@@ -52,16 +52,16 @@ class Sizes:
     cost: int
     idle_s: float
     waiters: int
-    scaling: int
+    workers_total: int
     sustained_s: float
     window_s: float
 
 
 FULL = Sizes(warmup=100, sequential=2000, concurrent=3000, fake_sequential=1000,
-             fake_concurrent=1000, cost=500, idle_s=4.0, waiters=10_000, scaling=2000,
+             fake_concurrent=1000, cost=500, idle_s=4.0, waiters=10_000, workers_total=2000,
              sustained_s=60.0, window_s=5.0)
 QUICK = Sizes(warmup=20, sequential=200, concurrent=500, fake_sequential=100,
-              fake_concurrent=200, cost=100, idle_s=1.0, waiters=1000, scaling=300,
+              fake_concurrent=200, cost=100, idle_s=1.0, waiters=1000, workers_total=300,
               sustained_s=3.0, window_s=1.0)
 WORKER_COUNTS = (1, 2, 4)
 
@@ -118,7 +118,7 @@ async def _run(url: str, sizes: Sizes) -> dict[str, Any]:
         async with run.phase("worker processes 1, 2, 4"):
             scaled = await worker_scaling(url, f"bench-{run.id}-s", run.payload,
                                           counts=WORKER_COUNTS, warmup=sizes.warmup,
-                                          total=sizes.scaling)
+                                          total=sizes.workers_total)
         if _sdk_installed():  # right after "off", so both see the same machine
             async with run.phase("full path, OpenTelemetry on"), full_path(
                     url, f"bench-{run.id}-otel", run.payload, otel=True) as (_, rt):
