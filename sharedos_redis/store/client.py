@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Self
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.connection import parse_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 from ..errors import ConfigurationError
@@ -158,10 +159,11 @@ class RedisSettings(BaseModel):
     def redacted_url(self) -> str:
         """The URL with any password replaced by ``***`` (for logs and errors)."""
         parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return parts._replace(netloc=netloc).geturl()
+        if parts.password is not None:
+            parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))
+        query = [(k, "***" if k.lower() == "password" else v)
+                 for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+        return parts._replace(query=urlencode(query, safe="*")).geturl()
 
     def _connection_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -260,11 +262,14 @@ def create_pool(settings: RedisSettings) -> ConnectionPool:
     if settings.scheme() in _SENTINEL_SCHEMES:
         return _sentinel_pool(settings)
     try:
-        return BlockingConnectionPool.from_url(
-            settings.url, max_connections=settings.max_connections,
-            timeout=settings.pool_timeout_s, **settings._connection_kwargs())
+        options: dict[str, Any] = dict(parse_url(settings.url))
     except ValueError as exc:
         raise ConfigurationError(f"invalid Redis URL {settings.redacted_url()}: {exc}") from None
+    # the settings' own fields (username, password, db, ...) win over the URL's, as
+    # documented; redis-py's from_url would let the URL win
+    options.update(settings._connection_kwargs())
+    options.update(max_connections=settings.max_connections, timeout=settings.pool_timeout_s)
+    return BlockingConnectionPool(**options)
 
 
 def create_redis(settings: RedisSettings) -> Redis:

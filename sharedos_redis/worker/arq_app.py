@@ -57,6 +57,9 @@ async def run_turn(ctx: dict[str, Any], namespace: str, message_id: str) -> str:
     if not app.runner.accepting:  # picked just as a drain began: let another worker run it
         raise Retry(defer=0.1)
     slot = await app.slots.take()  # shared with directly dispatched turns
+    if not app.runner.accepting:  # a drain began while this job waited for a slot
+        slot.close()
+        raise Retry(defer=0.1)
     return await app.runner.run_in_slot(namespace, message_id, slot)
 
 
@@ -161,7 +164,11 @@ class WorkerApp:
         """arq shut-down: stop relay + reconciler and leave the host."""
         if self.services is not None and self._task is not None:
             self.services.stop()
-            await asyncio.wait_for(self._task, timeout=self.services.relay_block_s + 5)
+            done, _ = await asyncio.wait([self._task], timeout=self.services.relay_block_s + 5)
+            if not done:  # a turn still running in the services' task group: stop it
+                log.warning("worker services did not stop in time; cancelling what is left")
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
 
     def settings(self) -> dict[str, Any]:
         """arq ``WorkerSettings`` as a dict (arq's ``run_worker`` and CLI accept it)."""

@@ -56,8 +56,9 @@ class ResilientWorker(Worker):
     async def main(self) -> None:
         """arq's ``main`` without its start-up INFO call (an ACL user limited to its
         namespace need not be granted INFO): start-up, then poll until stopped."""
-        log.info("worker %s serving namespace %r (queue %s, max_jobs %d)", self.app.name,
-                 self.app.host.namespace, self.queue_name, self.max_jobs)
+        log.info("worker %s serving namespace %r (queue %s, max_jobs %d, max_in_flight %d)",
+                 self.app.name, self.app.host.namespace, self.queue_name,
+                 self.app.host.settings.max_jobs, self.max_jobs)
         await self.pool.ping()  # unreachable Redis fails start-up here, in one line
         self.ctx["redis"] = self.pool
         await self.app.on_startup(self.ctx)
@@ -89,6 +90,20 @@ class ResilientWorker(Worker):
         else:
             self._backoff.reset()
 
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's ``start_jobs``, giving back the job slot a store error took before its
+        task was created (arq keeps it, and after ``max_jobs`` such errors it would
+        never pick a job again)."""
+        for job_id in job_ids:
+            counted = self.job_counter
+            try:
+                await super().start_jobs([job_id])
+            except STORE_ERRORS:
+                if self.job_counter > counted and job_id.decode() not in self.tasks:
+                    self.job_counter -= 1
+                    self.sem.release()
+                raise
+
     async def record_health(self) -> None:
         """arq's health line, with this worker's turns (direct and queued) by outcome."""
         now_ts = time()
@@ -112,6 +127,7 @@ class _Signals:
 
     def __init__(self, main: asyncio.Task[Any]) -> None:
         self.main = main
+        self.serve = asyncio.current_task()  # the task a second signal stops, mid-drain too
         self.drain = asyncio.Event()
         self.count = 0
         self.name = ""
@@ -125,6 +141,8 @@ class _Signals:
         else:
             log.warning("%s again: stopping now", self.name)
             self.main.cancel()
+            if self.serve is not None:
+                self.serve.cancel()
 
 
 def install_signals(signals: _Signals) -> Callable[[], None]:

@@ -3,7 +3,8 @@
 A turn that waits for a nested ``messages.request`` runs nothing while it waits, so
 it gives its running slot back for the wait (:class:`SlotReleasingRouter` wraps the
 kernel's router) and takes one again when the reply is there. A delegation chain of
-depth *d* therefore needs one free running slot at a time, not *d*; the number of
+depth *d* therefore needs one free running slot at a time, not *d* (a resuming turn
+never queues for its slot: with none free it runs on, briefly over the bound); the number of
 turns started and not finished (running or waiting) is bounded separately by
 ``HostSettings.max_in_flight``, which caps memory.
 """
@@ -35,11 +36,20 @@ class TurnSlot:
             self._slots.running.release_on_behalf_of(self)
             self.running = False
 
-    async def reacquire_running(self) -> None:
-        """Wait for a running slot again (the wait is over)."""
-        if not self.running and self.in_flight:
-            await self._slots.running.acquire_on_behalf_of(self)
-            self.running = True
+    def reacquire_running(self) -> None:
+        """Take a running slot again if one is free (the wait is over).
+
+        A turn with its reply in hand never waits for a slot: queueing behind new turns
+        could outlast its deadline and drop the reply. With none free it resumes
+        without one, briefly over ``max_jobs``, and the next turns wait for it instead.
+        """
+        if self.running or not self.in_flight:
+            return
+        try:
+            self._slots.running.acquire_on_behalf_of_nowait(self)
+        except anyio.WouldBlock:
+            return
+        self.running = True
 
     def close(self) -> None:
         """Give back everything still held (idempotent)."""
@@ -122,5 +132,4 @@ class SlotReleasingRouter:
         try:
             return await self._inner.resolve_reply(context, request, receipt)
         finally:
-            # cancelled meanwhile: this await is cancelled too and the slot stays free
-            await slot.reacquire_running()
+            slot.reacquire_running()

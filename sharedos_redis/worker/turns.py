@@ -92,6 +92,7 @@ class TurnRunner:
         self.active: dict[str, _Active] = {}
         self.outcomes: Counter[str] = Counter()
         self._turn_ended = anyio.Event()
+        self._claiming = 0
 
     async def run(self, namespace: str, message_id: str) -> str:
         """Claim and run the turn of request ``message_id``; returns what happened.
@@ -107,11 +108,20 @@ class TurnRunner:
         if not self.accepting:
             return "draining"
         fault_point("turn.before_claim")
-        claim = await host.markers.claim_turn(
-            namespace, message_id, lease_ms=int(s.lease_s * 1000),
-            max_attempts=s.max_attempts, worker=self.worker)
+        self._claiming += 1  # a drain waits for claims under way too
+        try:
+            claim = await host.markers.claim_turn(
+                namespace, message_id, lease_ms=int(s.lease_s * 1000),
+                max_attempts=s.max_attempts, worker=self.worker)
+        finally:
+            self._claiming -= 1
+            self._wake_drain()
         if claim.outcome != "claimed" or claim.request is None:
             return claim.outcome
+        if not self.accepting:  # a drain began during the claim: nothing ran, hand it back
+            released = await self._release_unstarted(message_id, claim.attempt)
+            self.outcomes[released] += 1
+            return released
         fault_point("turn.after_claim")
         request = claim.request
         receiver = request.receiver
@@ -133,8 +143,7 @@ class TurnRunner:
         finally:
             del self.active[message_id]
             self.outcomes[outcome] += 1
-            self._turn_ended.set()
-            self._turn_ended = anyio.Event()
+            self._wake_drain()
             log.info("turn namespace=%s agent=%s message=%s attempt=%d outcome=%s "
                      "duration_ms=%d", namespace, receiver.id, message_id, claim.attempt,
                      outcome, (time.monotonic() - started) * 1000, extra={"turn": {
@@ -145,11 +154,11 @@ class TurnRunner:
     async def _run_claimed(self, claim: TurnClaim, request: MessageEnvelope,
                            active: _Active) -> str:
         namespace = self.host.namespace
-        result = await self._run_leased(claim, request, active)
-        if result is None and active.handing_back:
-            return await self._hand_back(request.id, claim.attempt, active)
-        if result is None:
+        result, lost = await self._run_leased(claim, request, active)
+        if lost:  # another attempt holds the lease: nothing of ours to settle or hand back
             return "lease_lost"
+        if result is None:  # stopped by a drain
+            return await self._hand_back(request.id, claim.attempt, active)
         fault_point("turn.before_settle")
         with telemetry().settle_span(namespace, request):
             outcome = await self._settle(namespace, request, result)
@@ -157,9 +166,9 @@ class TurnRunner:
         return outcome
 
     async def _run_leased(self, claim: TurnClaim, request: MessageEnvelope,
-                          active: _Active) -> ExecutionResult | None:
-        """Run the turn while a sibling task renews the lease; None if the lease was lost
-        or the turn was stopped by a drain."""
+                          active: _Active) -> tuple[ExecutionResult | None, bool]:
+        """Run the turn while a sibling task renews the lease; returns the result (None
+        when it was stopped) and whether the lease was lost."""
         host, s = self.host, self.host.settings
         remaining_ms = claim.deadline_ms - int(time.time() * 1000)
         timeout_ms = max(1, min(int(s.turn_timeout_s * 1000), remaining_ms))
@@ -180,38 +189,61 @@ class TurnRunner:
                 with deadline_scope(claim.deadline_ms):
                     result = await host.execute(active.agent, execution, attempt=claim.attempt)
                 tg.cancel_scope.cancel()
-        return None if lost else result
+        return (None if lost else result), lost
 
     async def _renew_until_lost(self, message_id: str, attempt: int) -> bool:
         """Renew the lease every third of it; returns False once another attempt holds it."""
         host, s = self.host, self.host.settings
         period = s.lease_s / 3
+        renewed = time.monotonic()
         while True:
             await anyio.sleep(period)
             try:
                 ok = await host.markers.renew_lease(
                     host.namespace, message_id, lease_ms=int(s.lease_s * 1000), attempt=attempt)
             except SharedOSError as exc:  # Redis blipped: try again next period
-                log.warning("lease renewal of %s failed: %s", message_id, exc)
-                continue
+                if time.monotonic() - renewed < s.lease_s:
+                    log.warning("lease renewal of %s failed: %s", message_id, exc)
+                    continue
+                # unrenewed for a whole lease: another worker may re-run it; stop this one
+                log.warning("lease of %s not renewed for %.1fs: stopping the turn",
+                            message_id, s.lease_s)
+                return False
             if not ok:
                 return False
+            renewed = time.monotonic()
 
     async def _hand_back(self, message_id: str, attempt: int, active: _Active) -> str:
         """A drain stopped this turn: run it again elsewhere if that repeats no effect,
         else end the request with ``recipient_turn_interrupted``."""
-        host = self.host
-        outcome = "recipient_turn_interrupted"
+        host, s = self.host, self.host.settings
+        if active.effects.retryable:
+            return await self._release_unstarted(message_id, attempt)
+        outcome = "lease_lost"
         with anyio.CancelScope(shield=True):
-            if active.effects.retryable and await host.markers.release_turn(
-                    host.namespace, message_id, attempt=attempt):
-                outcome = "handed_back"
-                if self.on_hand_back is not None:
-                    await self.on_hand_back(host.namespace, message_id)
-            else:
+            # settle only while this attempt still holds the lease (never another's run)
+            if await host.markers.renew_lease(host.namespace, message_id,
+                                              lease_ms=int(s.lease_s * 1000), attempt=attempt):
+                outcome = "recipient_turn_interrupted"
                 await host.markers.settle_failure(host.namespace, message_id, state="failed",
                                                   code=outcome)
         return outcome
+
+    async def _release_unstarted(self, message_id: str, attempt: int) -> str:
+        """Give a turn that caused no non-repeatable effect back for another worker."""
+        host = self.host
+        with anyio.CancelScope(shield=True):
+            if not await host.markers.release_turn(host.namespace, message_id,
+                                                   attempt=attempt):
+                return "lease_lost"  # another attempt holds it, or it ended meanwhile
+            if self.on_hand_back is not None:
+                await self.on_hand_back(host.namespace, message_id)
+        return "handed_back"
+
+    def _wake_drain(self) -> None:
+        self._turn_ended.set()
+        self._turn_ended = anyio.Event()
+        self._claiming = 0
 
     async def drain(self, grace_s: float) -> DrainReport:
         """Stop taking turns, let running ones finish within ``grace_s``, then hand back
@@ -219,14 +251,14 @@ class TurnRunner:
         self.accepting = False
         before = dict(self.outcomes)
         with anyio.move_on_after(grace_s):
-            while self.active:
+            while self.active or self._claiming:
                 await self._turn_ended.wait()
         finished = sum(self.outcomes.values()) - sum(before.values())
         for active in self.active.values():
             active.handing_back = True
             active.scope.cancel()
         with anyio.move_on_after(10):
-            while self.active:
+            while self.active or self._claiming:
                 await self._turn_ended.wait()
         return DrainReport(finished=finished,
                            handed_back=self.outcomes["handed_back"] - before.get("handed_back", 0),
@@ -272,6 +304,12 @@ class TurnRunner:
         the reconciler re-runs the turn."""
         try:
             return await self.run(namespace, message_id)
-        except SharedOSError as exc:
+        except (SharedOSError, BaseExceptionGroup) as exc:
+            # a store error inside the turn's task group arrives wrapped in a group
+            if isinstance(exc, BaseExceptionGroup):
+                matched, rest = exc.split(SharedOSError)
+                if rest is not None:
+                    raise
+                exc = matched.exceptions[0] if matched is not None else exc
             log.warning("turn %s/%s not finished: %s", namespace, message_id, exc)
             return "error"

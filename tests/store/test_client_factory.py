@@ -96,3 +96,12 @@ def test_settings_from_environment_and_overrides() -> None:
     assert RedisSettings.from_env({}).url == "redis://127.0.0.1:6379/0"
     with pytest.raises(ConfigurationError, match="max_connections"):
         RedisSettings.from_env({"SHAREDOS_REDIS_MAX_CONNECTIONS": "many"})
+
+
+def test_settings_fields_win_over_the_url_and_query_passwords_are_redacted() -> None:
+    settings = RedisSettings.from_url("redis://:urlpw@127.0.0.1:6379/0", password="override",
+                                      db=3, username="acme")
+    kwargs = create_pool(settings).connection_kwargs
+    assert (kwargs["password"], kwargs["db"], kwargs["username"]) == ("override", 3, "acme")
+    query = RedisSettings.from_url("redis://127.0.0.1:6379/0?password=secret&db=1")
+    assert "secret" not in query.redacted_url() and "db=1" in query.redacted_url()

@@ -239,6 +239,28 @@ async def test_drain_interrupts_a_turn_whose_effects_cannot_repeat(
     assert "1 interrupted" in worker.text()
 
 
+async def test_a_second_signal_during_a_drain_stops_at_once_with_exit_1(
+        server: RedisServer, client: Redis, workers: Callable[..., Worker]) -> None:
+    ns = _ns()
+    host = proc_app.build(client, ns, url=server.url, bob_mode="block", lease_s=30,
+                          request_timeout_s=40, turn_timeout_s=35)
+    await _grants(host)
+    worker = workers(ns, TEST_DRAIN_GRACE="30")  # the drain alone would wait 30 s
+    async with host, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append([], _outcome(host)))
+        with anyio.fail_after(20):
+            assert await _signal(client, ns) == "started:1"
+        worker.proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(5):
+            while "draining" not in worker.text():  # noqa: ASYNC110 - a child log: no event
+                await anyio.sleep(0.05)
+        worker.proc.send_signal(signal.SIGTERM)
+        assert await worker.wait_exit(timeout_s=10) == 1, worker.text()
+        assert "stopping now" in worker.text()
+        await client.lpush(proc_app.release_key(ns), "go")  # let alice's turn end
+        tg.cancel_scope.cancel()
+
+
 async def test_start_up_errors_are_one_line_with_exit_2(server: RedisServer,
                                                         tmp_path: Path) -> None:
     env = dict(os.environ, SHAREDOS_REDIS_URL="redis://127.0.0.1:1/0", SHAREDOS_NAMESPACE="x",
