@@ -20,16 +20,12 @@ from sharedos_redis.kernel.messaging import MESSAGES_REQUEST_TOOL
 from sharedos_redis.kernel.turn import TurnExecutor
 from sharedos_redis.model import RetryPolicy, StandardRuntime
 from tests.kernel.kernel_world import (
-    ALICE,
     CAROL,
     World,
     file_tool,
-    grant,
-    invoke_grant,
-    make_world,
-    send_grant,
 )
 from tests.kernel.test_turn import execution
+from tests.model.worlds import alice_world
 
 from .providers import FakeProvider, anthropic_driver, anthropic_message, error
 
@@ -38,11 +34,7 @@ pytestmark = pytest.mark.anyio
 ASK_CAROL = {"recipient": CAROL.to_wire(), "payload": {"q": "notes?"}}
 
 
-def world() -> World:
-    built = make_world(invoke_grant("g-inv", ALICE), send_grant("g-send", ALICE, CAROL),
-                       grant("g-read", ALICE, "files", ["reports"], ["read"]))
-    built.register_files(output={"text": "Atlas is green"})
-    return built
+world = alice_world
 
 
 async def run(provider: FakeProvider, built: World | None = None,

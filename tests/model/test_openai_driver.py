@@ -19,16 +19,12 @@ from sharedos_redis.kernel.messaging import MESSAGES_REQUEST_TOOL
 from sharedos_redis.kernel.turn import TurnExecutor
 from sharedos_redis.model import RetryPolicy, StandardRuntime
 from tests.kernel.kernel_world import (
-    ALICE,
     CAROL,
     World,
     file_tool,
-    grant,
-    invoke_grant,
-    make_world,
-    send_grant,
 )
 from tests.kernel.test_turn import execution
+from tests.model.worlds import alice_world
 
 from .providers import FakeProvider, chat_completion, error, openai_driver
 
@@ -37,11 +33,7 @@ pytestmark = pytest.mark.anyio
 ASK_CAROL = json.dumps({"recipient": CAROL.to_wire(), "payload": {"q": "notes?"}})
 
 
-def world() -> World:
-    built = make_world(invoke_grant("g-inv", ALICE), send_grant("g-send", ALICE, CAROL),
-                       grant("g-read", ALICE, "files", ["reports"], ["read"]))
-    built.register_files(output={"text": "Atlas is green"})
-    return built
+world = alice_world
 
 
 async def run(provider: FakeProvider, built: World | None = None,

@@ -31,12 +31,9 @@ from tests.kernel.kernel_world import (
     CAROL,
     World,
     file_tool,
-    grant,
-    invoke_grant,
-    make_world,
-    send_grant,
 )
 from tests.kernel.test_turn import execution
+from tests.model.worlds import alice_world
 
 pytestmark = pytest.mark.anyio
 
@@ -44,10 +41,7 @@ ASK_CAROL = {"recipient": CAROL.to_wire(), "payload": {"q": "notes?"}}
 
 
 def world() -> World:
-    built = make_world(invoke_grant("g-inv", ALICE), send_grant("g-send", ALICE, CAROL),
-                       grant("g-read", ALICE, "files", ["reports"], ["read"]))
-    built.register_files()
-    return built
+    return alice_world(output="report")
 
 
 def returns(messages: list[ModelMessage]) -> list[Any]:
