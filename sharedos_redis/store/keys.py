@@ -24,6 +24,11 @@ Key (type) — owner — lifetime:
   terminal state, or ``expired`` (result ``request_expired``) for a record that
   vanished while open and was removed from the indexes; ``result`` is the failure
   code (a reply is stored once, in the marker: the entry only wakes its waiter).
+- ``sos:{ns}:trace:<trace>`` (sorted set id → accept time ms) — transport — every
+  request of a trace (the delegation tree's index; parents are the records'
+  ``parent`` fields); PEXPIRE ``budget_ttl`` like the budget.
+- ``sos:{ns}:agents`` (hash agent id → route lease expiry ms) — worker — the agent
+  directory: the agents some live worker serves (host routing state, never authority).
 - ``sos:{ns}:budget:<trace>`` (string int) — hops left for a trace; PEXPIRE
   ``budget_ttl``.
 - ``sos:{ns}:grants:<subject kind>:<subject id>`` (hash grant id → grant JSON) — grant store.
@@ -88,6 +93,8 @@ MARKER_FIELDS: Final = (
     "reply",     # replied: the reply envelope, wire JSON
     "code",      # failed/timed_out/cancelled/dead: the reason code
     "tp",        # W3C traceparent of the requester's span (host-owned; absent untraced)
+    "parent",    # the request whose turn made this one (absent for a root request)
+    "fp",        # replay fingerprint: sha256 of the call (recipient, purpose, payload)
 )
 
 
@@ -138,6 +145,15 @@ class Keys:
     def settled(self) -> str:
         """Stream: settlements, read by reply listeners."""
         return f"{self.prefix}settled"
+
+    def trace(self, trace_id: str) -> str:
+        """Sorted set: every request of one trace (id → accept time ms)."""
+        return f"{self.prefix}trace:{encode_id(trace_id)}"
+
+    @property
+    def agents(self) -> str:
+        """Hash: the agent directory (agent id → route lease expiry ms)."""
+        return f"{self.prefix}agents"
 
     def budget(self, trace_id: str) -> str:
         """String: hops left for one trace."""

@@ -55,6 +55,7 @@ from ..store.policy import RedisHostPolicy
 from ..store.usage import RedisGrantUsageStore
 from ..transport.deadlines import deadline_scope
 from ..transport.transport import RedisStreamTransport, TransportSettings
+from ..transport.turn_scope import request_id
 from .effects import EffectTrackingTransport, tracked_handler
 from .grants import invoke_grant, send_grant
 from .settings import HostSettings
@@ -160,6 +161,7 @@ class MessagingHost:
         self.kernel = Kernel(grants=self.grants, usage=self.usage, audit=self.audit,
                              transport=EffectTrackingTransport(self.transport),
                              router=SlotReleasingRouter(self.router), revocations=live,
+                             message_ids=request_id,
                              chains=chains,
                              ceiling=self.policy if s.host_ceiling else None,
                              policies=self.policy if s.host_ceiling else None)

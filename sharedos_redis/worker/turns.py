@@ -34,6 +34,7 @@ from ..kernel.ids import new_id
 from ..observability import telemetry
 from ..store.markers import TurnClaim
 from ..transport.deadlines import deadline_scope
+from ..transport.turn_scope import TurnScope, turn_scope
 from .effects import TurnEffects, tracking
 from .host import MessagingHost
 from .slots import TurnSlot, occupying
@@ -186,7 +187,8 @@ class TurnRunner:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(renew)
-                with deadline_scope(claim.deadline_ms):
+                with deadline_scope(claim.deadline_ms), turn_scope(TurnScope(
+                        self.host.namespace, request.id, claim.attempt)):
                     result = await host.execute(active.agent, execution, attempt=claim.attempt)
                 tg.cancel_scope.cancel()
         return (None if lost else result), lost
