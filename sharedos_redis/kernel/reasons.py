@@ -87,6 +87,15 @@ HostReason = Literal[
     "recipient_turn_escalated",
     "recipient_turn_interrupted",
     "reply_too_large",
+    # delegation trees (issue 12)
+    "route_unavailable",  # no live worker serves the recipient agent (agent directory)
+    "route_not_agent",  # the recipient is not an agent address: nothing runs its turns
+    "turn_lease_lost",  # a stale attempt's effect, fenced: another attempt holds the turn
+    "replay_conflict",  # a re-issued nested call differs from the one recorded (ADR 0028)
+    "replay_interrupted",
+    "replay_unavailable",
+    "request_cascade_cancelled",  # an ancestor of the request ended first
+    "request_deadlocked",
 ]
 
 ReasonCode = AuthorizationReason | MessagingReason | TurnReason | HostReason

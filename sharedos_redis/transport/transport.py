@@ -17,6 +17,8 @@ Must not import router/ or worker/.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -57,6 +59,7 @@ from ..store.limits import (
 from ..store.markers import payload_bytes
 from ..store.scripts import Scripts
 from .deadlines import turn_deadline_ms
+from .turn_scope import current_turn
 
 __all__ = ["AcceptHook", "RedisStreamTransport", "ReplyWatch", "TransportSettings"]
 
@@ -106,6 +109,17 @@ def _released_event(context: AccessContext, envelope: MessageEnvelope, now: date
     return audit_event(context, "grant.usage.released", "succeeded", at=format_timestamp(now),
                        grant_id=reservation.grant_id, operation_id=envelope.id,
                        message_id=envelope.id, reason=code, metadata={"usageState": "released"})
+
+
+def call_fingerprint(envelope: MessageEnvelope) -> str:
+    """The replay fingerprint of a request: SHA-256 over canonical JSON (sorted keys) of
+    what makes it the same call — sender, receiver, purpose, trace and payload; the id
+    and ``createdAt`` (an observation time) are left out (ADR 0028)."""
+    call = {"sender": envelope.sender.to_wire(), "receiver": envelope.receiver.to_wire(),
+            "purpose": envelope.purpose, "traceId": envelope.trace_id,
+            "payload": envelope.payload}
+    canonical = json.dumps(call, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _text(value: object) -> str:
@@ -225,6 +239,7 @@ class RedisStreamTransport:
         # the requester's span (not the accept span) parents the recipient's turn
         traceparent = hooks.traceparent()
         outbox = effect_audit.get()
+        scope = current_turn.get()
         decided = [event.to_json() for event in outbox.events] if outbox is not None else []
         if_accepted = ([event.to_json() for event in outbox.on_accept]
                        if outbox is not None else [])
@@ -232,7 +247,7 @@ class RedisStreamTransport:
             result = await self._scripts.call(
                 "accept_request",
                 [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
-                 keys.outbox, keys.audit, keys.usage],
+                 keys.outbox, keys.audit, keys.usage, keys.trace(envelope.trace_id)],
                 [envelope.id, envelope.to_json(), context.to_json(),
                  address_tag(envelope.sender.kind, envelope.sender.id),
                  address_tag(envelope.receiver.kind, envelope.receiver.id),
@@ -240,6 +255,7 @@ class RedisStreamTransport:
                  s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
                  s.audit_maxlen, *audit_fields(event), traceparent,
                  reservation.grant_id if reservation is not None else "", *released,
+                 scope.request_id if scope is not None else "", call_fingerprint(envelope),
                  len(decided), *decided, *if_accepted],
             )
         status, hops = result

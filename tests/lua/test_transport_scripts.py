@@ -27,10 +27,10 @@ def _accept_args(
     now = int(time.time() * 1000)
     return (
         [keys.message(mid), keys.budget("trace-1"), keys.open, keys.outbox, keys.audit,
-         keys.usage],
+         keys.usage, keys.trace("trace-1")],
         [mid, env.to_json(), ctx.to_json(), "agent:bob", "agent:alice", "p", "trace-1",
          now, now + 1000, 60_000, default_hops, 5_000, 1000, "e", '{"audit":1}', "",
-         grant_id, "e", '{"released":"dup"}', "e", '{"released":"budget"}'],
+         grant_id, "e", '{"released":"dup"}', "e", '{"released":"budget"}', "", "fp-1"],
     )
 
 
@@ -47,7 +47,7 @@ async def test_accept_request_spends_then_refuses_without_writing(
     assert await redis.xlen(keys.outbox) == 2
     assert await redis.xlen(keys.audit) == 2
     assert 0 < await redis.pttl(keys.budget("trace-1")) <= 5_000
-    assert len(await keyspace()) == 6
+    assert len(await keyspace()) == 7  # 2 markers, budget, open, outbox, audit, trace index
 
 
 async def test_accept_request_gives_back_a_reserved_use_when_it_refuses(
@@ -123,7 +123,7 @@ async def test_dispatch_request_moves_only_accepted_markers(
     event = json.loads(last[b"e"])
     assert event["type"] == "message.dispatched" and event["messageId"] == "m-1"
     assert event["actor"] == {"kind": "agent", "agentId": "bob"}
-    assert len(await keyspace()) == 6
+    assert len(await keyspace()) == 7  # 2 markers, budget, open, outbox, audit, trace index
 
 
 async def test_consume_grant_use_stops_at_max(

@@ -63,7 +63,7 @@ async def test_step_wakes_then_dispatches_and_trims_the_outbox(
     assert dispatched[0].trace_id == "trace-1" and dispatched[0].namespace_id == ns
     assert await relay.step() == 0
     assert await keyspace() == {keys.message("m-1"), keys.message("m-2"), keys.budget("trace-1"),
-                                keys.open, keys.outbox, keys.audit}
+                                keys.open, keys.outbox, keys.audit, keys.trace("trace-1")}
 
 
 async def test_failed_wake_stays_pending_until_claimed(
@@ -85,7 +85,7 @@ async def test_failed_wake_stays_pending_until_claimed(
     assert await _state(redis, ns, "m-1") == b"dispatched"
     assert await redis.xlen(keys.outbox) == 0
     assert (await redis.xpending(keys.outbox, RELAY_GROUP))["pending"] == 0
-    assert len(await keyspace()) == 5
+    assert len(await keyspace()) == 6  # with the trace index
 
 
 async def test_relay_that_died_after_reading_is_taken_over(
@@ -107,7 +107,7 @@ async def test_relay_that_died_after_reading_is_taken_over(
     assert wake.calls == [(ns, "m-1")]
     assert await _state(redis, ns, "m-1") == b"dispatched"
     assert (await redis.xpending(keys.outbox, RELAY_GROUP))["pending"] == 0
-    assert len(await keyspace()) == 5
+    assert len(await keyspace()) == 6  # with the trace index
 
 
 async def test_entries_of_running_settled_or_vanished_markers_are_only_acked(
@@ -128,7 +128,7 @@ async def test_entries_of_running_settled_or_vanished_markers_are_only_acked(
     assert await redis.xlen(keys.outbox) == 0
     types = [e.type for _, e in await RedisAuditSink(redis).read(ns)]
     assert "message.dispatched" not in types
-    assert len(await keyspace()) == 6
+    assert len(await keyspace()) == 7  # with the trace index
 
 
 async def test_run_serves_several_namespaces_until_stopped(
@@ -156,7 +156,7 @@ async def test_run_serves_several_namespaces_until_stopped(
         leftover = await scan_keyspace(redis, other)
         if leftover:
             await redis.delete(*leftover)
-    assert len(await keyspace()) == 5
+    assert len(await keyspace()) == 6  # with the trace index
 
 
 async def test_vanished_group_is_recreated(
@@ -169,4 +169,4 @@ async def test_vanished_group_is_recreated(
     assert await relay.claim_stale() == 0
     await _accept(redis, ns, "m-1")
     assert await relay.step() == 1
-    assert len(await keyspace()) == 5
+    assert len(await keyspace()) == 6  # with the trace index

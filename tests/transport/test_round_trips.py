@@ -50,4 +50,4 @@ async def test_accept_is_one_round_trip_and_dispatch_one_per_entry(
 
     assert await relay.step() == 4
     assert sent == ["XREADGROUP"] + ["EVALSHA"] * 4
-    assert len(await keyspace()) == 5 + 4  # markers warm, m-1, b-0..2
+    assert len(await keyspace()) == 6 + 4  # with the trace index; markers warm, m-1, b-0..2

@@ -23,6 +23,7 @@ from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.budget import TraceBudget
 from sharedos_redis.store.keys import MARKER_FIELDS, Keys, address_tag
 from sharedos_redis.transport import RedisStreamTransport, TransportSettings, deadline_scope
+from sharedos_redis.transport.transport import call_fingerprint
 
 from ..support import Keyspace, make_context, make_envelope, scan_keyspace
 
@@ -54,7 +55,7 @@ async def test_accept_writes_marker_outbox_index_and_audit_only(
     assert receipt.message_id == "m-1"
     assert receipt.metadata == {"deadlineMs": NOW_MS + 30_000, "hopsLeft": 15}
     assert await keyspace() == {keys.message("m-1"), keys.budget("trace-1"), keys.open,
-                                keys.outbox, keys.audit}
+                                keys.outbox, keys.audit, keys.trace("trace-1")}
     marker = {k.decode(): v.decode() for k, v in (await redis.hgetall(keys.message("m-1"))).items()}
     assert set(marker) <= set(MARKER_FIELDS)
     assert marker == {
@@ -62,6 +63,7 @@ async def test_accept_writes_marker_outbox_index_and_audit_only(
         "from": address_tag("agent", "bob"), "to": address_tag("agent", "alice"),
         "purpose": "atlas-status", "trace": "trace-1", "created": str(NOW_MS),
         "deadline": str(NOW_MS + 30_000), "attempts": "0", "updated": str(NOW_MS),
+        "fp": call_fingerprint(envelope),
     }
     assert await redis.pexpiretime(keys.message("m-1")) == NOW_MS + 30_000 + 86_400_000
     assert await redis.zrange(keys.open, 0, -1, withscores=True) == [(b"m-1", NOW_MS + 30_000)]
@@ -108,7 +110,7 @@ async def test_duplicate_id_is_refused_without_a_second_spend_or_entry(
     assert [(e.type, e.reason) for e in await _events(redis, ns)] == [
         ("message.accepted", None), ("message.refused", "duplicate_message")]
     assert await keyspace() == {keys.message("m-1"), keys.budget("trace-1"), keys.open,
-                                keys.outbox, keys.audit}
+                                keys.outbox, keys.audit, keys.trace("trace-1")}
 
 
 async def test_budget_drains_across_new_conversations_of_one_trace(
@@ -133,7 +135,7 @@ async def test_budget_drains_across_new_conversations_of_one_trace(
     assert (await transport.deliver(b, make_envelope(b, id="m-4"))).status == "accepted"
     other = make_context(ns, trace="trace-2")
     assert (await transport.deliver(other, make_envelope(other, id="m-5"))).status == "accepted"
-    assert len(await keyspace()) == 5 + 5  # 5 markers + 2 budgets, open, outbox, audit
+    assert len(await keyspace()) == 5 + 7  # 5 markers + 2 budgets, 2 trace indexes, open, outbox, audit
 
 
 async def test_budget_is_one_authority_for_concurrent_clients(
@@ -176,7 +178,7 @@ async def test_deadline_is_capped_by_the_running_turn(
     assert capped.metadata == {"deadlineMs": NOW_MS + 5_000, "hopsLeft": 15}
     assert free.metadata == {"deadlineMs": NOW_MS + 60_000, "hopsLeft": 14}
     assert await redis.zscore(keys.open, "nested") == NOW_MS + 5_000
-    assert len(await keyspace()) == 6
+    assert len(await keyspace()) == 7  # with the trace index
 
 
 async def test_store_failure_is_a_failed_receipt_not_a_hang(ns: str) -> None:
@@ -206,7 +208,7 @@ async def test_on_accepted_is_called_and_its_failure_is_ignored(
     assert (await transport.deliver(ctx, make_envelope(ctx))).status == "accepted"
     assert (await transport.deliver(ctx, make_envelope(ctx))).status == "denied"
     assert woken == [(ns, "m-1")]
-    assert len(await keyspace()) == 5
+    assert len(await keyspace()) == 6  # with the trace index
 
 
 @pytest.mark.parametrize("hostile", ["a}:x", "a:msg:m", "{a}", "*", "a b", "ü" * 256])
@@ -223,8 +225,8 @@ async def test_hostile_ids_stay_in_their_own_keys(
         assert receipt.status == "accepted"
     evil_keys = await scan_keyspace(redis, evil.namespace_id)
     try:
-        assert len(await keyspace()) == 6  # two markers of its own, budget, open, outbox, audit
-        assert len(evil_keys) == 5
+        assert len(await keyspace()) == 7  # 2 markers, budget, trace index, open, outbox, audit
+        assert len(evil_keys) == 6
         assert not evil_keys & await keyspace()
         assert Keys(ns).message(hostile) in await keyspace()
     finally:

@@ -18,12 +18,14 @@
 -- ARGV[17] reserved grant id ('' for none)
 -- ARGV[18], ARGV[19], ARGV[20], ARGV[21] the grant.usage.released audit field/value for a
 --          duplicate, then for an exhausted budget
--- ARGV[22] n, then ARGV[23..22+n] audit record JSON written first, whatever the outcome:
+-- ARGV[22] parent request id ("" for a root request)   ARGV[23] replay fingerprint
+-- ARGV[24] n, then ARGV[25..24+n] audit record JSON written first, whatever the outcome:
 --          the decision's before-effect records (kernel.outbox), atomic with the accept
---          or the refusal; ARGV[23+n..] audit record JSON written only if accepted
+--          or the refusal; ARGV[25+n..] audit record JSON written only if accepted
+-- KEYS[7] trace index   sos:{ns}:trace:<trace>    (zset id -> accept ms; PEXPIRE budget ttl)
 -- returns {"accepted", hops left} | {"duplicate", -1} | {"budget_exhausted", 0}
-local decided = 22 + (tonumber(ARGV[22]) or 0)
-for i = 23, decided do
+local decided = 24 + (tonumber(ARGV[24]) or 0)
+for i = 25, decided do
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'e', ARGV[i])
 end
 local function refuse(status, hops, field, value)
@@ -52,7 +54,10 @@ redis.call('SET', KEYS[2], hops, 'PX', ARGV[12])
 redis.call('HSET', KEYS[1],
   'env', ARGV[2], 'ctx', ARGV[3], 'state', 'accepted', 'from', ARGV[4], 'to', ARGV[5],
   'purpose', ARGV[6], 'trace', ARGV[7], 'created', ARGV[8], 'deadline', ARGV[9],
-  'attempts', '0', 'updated', ARGV[8])
+  'attempts', '0', 'updated', ARGV[8], 'fp', ARGV[23])
+if ARGV[22] ~= '' then redis.call('HSET', KEYS[1], 'parent', ARGV[22]) end
+redis.call('ZADD', KEYS[7], ARGV[8], ARGV[1])
+redis.call('PEXPIRE', KEYS[7], ARGV[12])
 if ARGV[16] and ARGV[16] ~= '' then
   redis.call('HSET', KEYS[1], 'tp', ARGV[16])
   redis.call('XADD', KEYS[4], '*', 'id', ARGV[1], 'tp', ARGV[16])
