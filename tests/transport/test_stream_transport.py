@@ -135,7 +135,7 @@ async def test_budget_drains_across_new_conversations_of_one_trace(
     assert (await transport.deliver(b, make_envelope(b, id="m-4"))).status == "accepted"
     other = make_context(ns, trace="trace-2")
     assert (await transport.deliver(other, make_envelope(other, id="m-5"))).status == "accepted"
-    assert len(await keyspace()) == 5 + 7  # 5 markers + 2 budgets, 2 trace indexes, open, outbox, audit
+    assert len(await keyspace()) == 5 + 7  # markers, 2 budgets, 2 traces, open, outbox, audit
 
 
 async def test_budget_is_one_authority_for_concurrent_clients(
