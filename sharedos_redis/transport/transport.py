@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,7 +43,7 @@ from ..kernel.contracts import (
     format_timestamp,
 )
 from ..kernel.outbox import effect_audit
-from ..kernel.reasons import ReasonCode
+from ..kernel.reasons import REASON_CODES, ReasonCode
 from ..kernel.usage import UseReservation, reserved_use
 from ..observability import telemetry
 from ..store.audit import RedisAuditSink, audit_fields
@@ -80,10 +80,11 @@ class ReplyWatch(Protocol):
         """Disarm it: the request was not accepted."""
 
 
-_REFUSALS: Final[dict[str, tuple[ReasonCode, str]]] = {
-    "duplicate": ("duplicate_message", "a message with this id was already accepted"),
-    "budget_exhausted": ("budget_exhausted", "the trace has no hops left"),
+_REFUSALS: Final[dict[str, str]] = {
+    "duplicate_message": "a message with this id was already accepted",
+    "budget_exhausted": "the trace has no hops left",
 }
+"""The accept script's refusal codes and what the denied receipt says of them."""
 
 
 class TransportSettings(BaseModel):
@@ -231,31 +232,40 @@ class RedisStreamTransport:
         keys = Keys(context.namespace_id)
         event = audit_event(context, "message.accepted", "succeeded", at=format_timestamp(now),
                             message_id=envelope.id, receiver=envelope.receiver)
-        released: list[str] = []
-        for code in ("duplicate_message", "budget_exhausted"):
-            released += (audit_fields(_released_event(context, envelope, now, reservation, code))
-                         if reservation is not None else ["", ""])
+        released = "" if reservation is None else _released_event(
+            context, envelope, now, reservation, "duplicate_message",
+        ).to_json()  # the script sets the reason to its refusal's code
         s, hooks = self._settings, telemetry()
-        # the requester's span (not the accept span) parents the recipient's turn
-        traceparent = hooks.traceparent()
         outbox = effect_audit.get()
         scope = current_turn.get()
         decided = [event.to_json() for event in outbox.events] if outbox is not None else []
         if_accepted = ([event.to_json() for event in outbox.on_accept]
                        if outbox is not None else [])
+        named = {
+            "id": envelope.id, "from": address_tag(envelope.sender.kind, envelope.sender.id),
+            "to": address_tag(envelope.receiver.kind, envelope.receiver.id),
+            "purpose": envelope.purpose, "trace": envelope.trace_id, "now": str(_now_ms(now)),
+            "deadline": str(deadline), "retention": str(s.retention_s * 1000),
+            "hops": str(s.default_budget_hops), "budget_ttl": str(s.budget_ttl_s * 1000),
+            "maxlen": str(s.audit_maxlen),
+            # the requester's span (not the accept span) parents the recipient's turn
+            "tp": hooks.traceparent() or "",
+            "grant": reservation.grant_id if reservation is not None else "",
+            "parent": scope.request_id if scope is not None else "",
+            "fp": call_fingerprint(envelope),
+            "attempt": str(scope.attempt) if scope is not None else "",
+            "route": "",
+        }
+        parent_key = keys.message(scope.request_id) if scope is not None else keys.message(
+            envelope.id)
         with hooks.accept_span(context, envelope):
             result = await self._scripts.call(
                 "accept_request",
                 [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
-                 keys.outbox, keys.audit, keys.usage, keys.trace(envelope.trace_id)],
-                [envelope.id, envelope.to_json(), context.to_json(),
-                 address_tag(envelope.sender.kind, envelope.sender.id),
-                 address_tag(envelope.receiver.kind, envelope.receiver.id),
-                 envelope.purpose, envelope.trace_id, _now_ms(now), deadline,
-                 s.retention_s * 1000, s.default_budget_hops, s.budget_ttl_s * 1000,
-                 s.audit_maxlen, *audit_fields(event), traceparent,
-                 reservation.grant_id if reservation is not None else "", *released,
-                 scope.request_id if scope is not None else "", call_fingerprint(envelope),
+                 keys.outbox, keys.audit, keys.usage, keys.trace(envelope.trace_id),
+                 parent_key, keys.agents],
+                [json.dumps(named, separators=(",", ":")), envelope.to_json(),
+                 context.to_json(), event.to_json(), released,
                  len(decided), *decided, *if_accepted],
             )
         status, hops = result
@@ -297,7 +307,8 @@ class RedisStreamTransport:
     async def _refuse(
         self, context: AccessContext, envelope: MessageEnvelope, status: str, stamp: str
     ) -> DeliveryDenied:
-        code, message = _REFUSALS.get(status, ("message_delivery_failed", "refused"))
+        code = cast(ReasonCode, status if status in REASON_CODES else "message_delivery_failed")
+        message = _REFUSALS.get(status, "refused")
         try:
             await self._audit.record(audit_event(
                 context, "message.refused", "denied", at=stamp,

@@ -25,12 +25,16 @@ def _accept_args(
     ctx = make_context(ns)
     env = make_envelope(ctx, id=mid)
     now = int(time.time() * 1000)
+    named = {"id": mid, "from": "agent:bob", "to": "agent:alice", "purpose": "p",
+             "trace": "trace-1", "now": str(now), "deadline": str(now + 1000),
+             "retention": "60000", "hops": str(default_hops), "budget_ttl": "5000",
+             "maxlen": "1000", "tp": "", "grant": grant_id, "parent": "", "fp": "fp-1",
+             "attempt": "", "route": ""}
     return (
         [keys.message(mid), keys.budget("trace-1"), keys.open, keys.outbox, keys.audit,
-         keys.usage, keys.trace("trace-1")],
-        [mid, env.to_json(), ctx.to_json(), "agent:bob", "agent:alice", "p", "trace-1",
-         now, now + 1000, 60_000, default_hops, 5_000, 1000, "e", '{"audit":1}', "",
-         grant_id, "e", '{"released":"dup"}', "e", '{"released":"budget"}', "", "fp-1"],
+         keys.usage, keys.trace("trace-1"), keys.message(mid), keys.agents],
+        [json.dumps(named), env.to_json(), ctx.to_json(), '{"audit":1}',
+         '{"released":1}' if grant_id else "", 0],
     )
 
 
@@ -42,7 +46,8 @@ async def test_accept_request_spends_then_refuses_without_writing(
     for mid in ("m-1", "m-2", "m-3"):
         results.append(await scripts.call("accept_request", *_accept_args(ns, mid)))
     assert results == [[b"accepted", 1], [b"accepted", 0], [b"budget_exhausted", 0]]
-    assert await scripts.call("accept_request", *_accept_args(ns, "m-1")) == [b"duplicate", -1]
+    duplicate = await scripts.call("accept_request", *_accept_args(ns, "m-1"))
+    assert duplicate == [b"duplicate_message", -1]
     assert not await redis.exists(keys.message("m-3"))
     assert await redis.xlen(keys.outbox) == 2
     assert await redis.xlen(keys.audit) == 2
@@ -60,14 +65,14 @@ async def test_accept_request_gives_back_a_reserved_use_when_it_refuses(
     assert await scripts.call("accept_request", *_accept_args(
         ns, "m-2", default_hops=1, grant_id="g-1")) == [b"budget_exhausted", 0]
     assert await scripts.call("accept_request", *_accept_args(
-        ns, "m-1", grant_id="g-1")) == [b"duplicate", -1]
+        ns, "m-1", grant_id="g-1")) == [b"duplicate_message", -1]
     assert await redis.hget(keys.usage, "g-1") == b"1"  # only the admitted use stays spent
-    records = [fields for _, fields in await redis.xrange(keys.audit)]
-    assert records == [{b"e": b'{"audit":1}'}, {b"e": b'{"released":"budget"}'},
-                       {b"e": b'{"released":"dup"}'}]
+    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    assert records == [{"audit": 1}, {"released": 1, "reason": "budget_exhausted"},
+                       {"released": 1, "reason": "duplicate_message"}]
     await redis.hset(keys.usage, "g-1", 0)
     assert await scripts.call("accept_request", *_accept_args(
-        ns, "m-1", grant_id="g-1")) == [b"duplicate", -1]
+        ns, "m-1", grant_id="g-1")) == [b"duplicate_message", -1]
     assert await redis.hget(keys.usage, "g-1") == b"0"  # never below zero, nothing recorded
     assert await redis.xlen(keys.audit) == 3
 

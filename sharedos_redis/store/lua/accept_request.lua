@@ -1,73 +1,79 @@
 -- accept_request: durably accept one request (the transport's only write on deliver).
--- Atomically: refuse a duplicate id; spend one hop of the trace budget; write the
--- marker hash; index it by deadline; append the outbox entry; append the audit record.
--- A refusal writes nothing for the message; when the request carries a reserved grant use
--- (ARGV[17] non-empty) the refusal gives that use back and records it, atomically.
+-- Atomically: write the decision's before-effect audit records; refuse a duplicate id;
+-- spend one hop of the trace budget; write the marker hash (with its parent and replay
+-- fingerprint); index it by deadline and in its trace; append the outbox entry and the
+-- audit records of the accept. A refusal writes nothing for the message; when the request
+-- carries a reserved grant use (a.grant non-empty) the refusal gives that use back and
+-- records it (grant.usage.released, reason = the refusal's code), atomically.
 -- KEYS[1] marker hash   sos:{ns}:msg:<id>
 -- KEYS[2] budget        sos:{ns}:budget:<trace>   (string int, hops left)
 -- KEYS[3] open index    sos:{ns}:open             (zset, score = deadline ms)
 -- KEYS[4] outbox        sos:{ns}:outbox           (stream)
 -- KEYS[5] audit         sos:{ns}:audit            (stream)
 -- KEYS[6] usage         sos:{ns}:usage            (hash grant id -> uses spent)
--- ARGV[1] message id          ARGV[2] envelope wire JSON   ARGV[3] context wire JSON
--- ARGV[4] from tag            ARGV[5] to tag               ARGV[6] purpose
--- ARGV[7] trace id            ARGV[8] now ms               ARGV[9] deadline ms
--- ARGV[10] retention ms       ARGV[11] default hops        ARGV[12] budget ttl ms
--- ARGV[13] audit MAXLEN ~     ARGV[14], ARGV[15] the message.accepted audit field/value
--- ARGV[16] W3C traceparent or "" (host-owned trace context; never in the envelope)
--- ARGV[17] reserved grant id ('' for none)
--- ARGV[18], ARGV[19], ARGV[20], ARGV[21] the grant.usage.released audit field/value for a
---          duplicate, then for an exhausted budget
--- ARGV[22] parent request id ("" for a root request)   ARGV[23] replay fingerprint
--- ARGV[24] n, then ARGV[25..24+n] audit record JSON written first, whatever the outcome:
---          the decision's before-effect records (kernel.outbox), atomic with the accept
---          or the refusal; ARGV[25+n..] audit record JSON written only if accepted
 -- KEYS[7] trace index   sos:{ns}:trace:<trace>    (zset id -> accept ms; PEXPIRE budget ttl)
--- returns {"accepted", hops left} | {"duplicate", -1} | {"budget_exhausted", 0}
-local decided = 24 + (tonumber(ARGV[24]) or 0)
-for i = 25, decided do
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'e', ARGV[i])
+-- KEYS[8] parent marker sos:{ns}:msg:<parent>     (KEYS[1] again for a root request)
+-- KEYS[9] agents        sos:{ns}:agents           (hash agent id -> route lease expiry ms)
+-- ARGV[1] named arguments, one JSON object (strings):
+--   id, from, to (address tags), purpose, trace, now (ms), deadline (ms), retention (ms),
+--   hops (default budget), budget_ttl (ms), maxlen (audit MAXLEN ~), tp (W3C traceparent
+--   or "": host-owned, never in the envelope), grant (reserved grant id or ""),
+--   parent (parent request id or ""), fp (replay fingerprint), attempt (the parent
+--   turn's attempt, the fencing token, or ""), route ("1": check the agent directory)
+-- ARGV[2] envelope wire JSON    ARGV[3] requester context wire JSON
+-- ARGV[4] the message.accepted audit record JSON
+-- ARGV[5] the grant.usage.released record JSON ("" without a reserved use); the script
+--         sets its reason
+-- ARGV[6] n, then ARGV[7..6+n] audit records written first, whatever the outcome (the
+--         decision's before-effect records, kernel.outbox); ARGV[7+n..] audit records
+--         written only if accepted
+-- returns {"accepted", hops left} | {refusal code, -1 | 0}; refusal codes:
+--   duplicate_message, budget_exhausted
+local a = cjson.decode(ARGV[1])
+local decided = 6 + (tonumber(ARGV[6]) or 0)
+for i = 7, decided do
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
 end
-local function refuse(status, hops, field, value)
-  local grant = ARGV[17] or ''
-  if grant ~= '' and tonumber(redis.call('HGET', KEYS[6], grant) or '0') > 0 then
-    redis.call('HINCRBY', KEYS[6], grant, -1)
-    redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', field, value)
+
+-- refuse(code, hops): give back the reserved use (with its record) and return the refusal
+local function refuse(code, hops)
+  if a.grant ~= '' and ARGV[5] ~= ''
+      and tonumber(redis.call('HGET', KEYS[6], a.grant) or '0') > 0 then
+    redis.call('HINCRBY', KEYS[6], a.grant, -1)
+    local record = cjson.decode(ARGV[5])
+    record['reason'] = code
+    redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', cjson.encode(record))
   end
-  return {status, hops}
+  return {code, hops}
 end
+
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return refuse('duplicate', -1, ARGV[18], ARGV[19])
+  return refuse('duplicate_message', -1)
 end
 local stored = redis.call('GET', KEYS[2])
-local hops
-if stored then
-  hops = tonumber(stored)
-else
-  hops = tonumber(ARGV[11])
-end
+local hops = tonumber(stored or a.hops)
 if hops == nil or hops < 1 then
-  return refuse('budget_exhausted', 0, ARGV[20], ARGV[21])
+  return refuse('budget_exhausted', 0)
 end
 hops = hops - 1
-redis.call('SET', KEYS[2], hops, 'PX', ARGV[12])
+redis.call('SET', KEYS[2], hops, 'PX', a.budget_ttl)
 redis.call('HSET', KEYS[1],
-  'env', ARGV[2], 'ctx', ARGV[3], 'state', 'accepted', 'from', ARGV[4], 'to', ARGV[5],
-  'purpose', ARGV[6], 'trace', ARGV[7], 'created', ARGV[8], 'deadline', ARGV[9],
-  'attempts', '0', 'updated', ARGV[8], 'fp', ARGV[23])
-if ARGV[22] ~= '' then redis.call('HSET', KEYS[1], 'parent', ARGV[22]) end
-redis.call('ZADD', KEYS[7], ARGV[8], ARGV[1])
-redis.call('PEXPIRE', KEYS[7], ARGV[12])
-if ARGV[16] and ARGV[16] ~= '' then
-  redis.call('HSET', KEYS[1], 'tp', ARGV[16])
-  redis.call('XADD', KEYS[4], '*', 'id', ARGV[1], 'tp', ARGV[16])
+  'env', ARGV[2], 'ctx', ARGV[3], 'state', 'accepted', 'from', a.from, 'to', a.to,
+  'purpose', a.purpose, 'trace', a.trace, 'created', a.now, 'deadline', a.deadline,
+  'attempts', '0', 'updated', a.now, 'fp', a.fp)
+if a.parent ~= '' then redis.call('HSET', KEYS[1], 'parent', a.parent) end
+redis.call('ZADD', KEYS[7], a.now, a.id)
+redis.call('PEXPIRE', KEYS[7], a.budget_ttl)
+if a.tp ~= '' then
+  redis.call('HSET', KEYS[1], 'tp', a.tp)
+  redis.call('XADD', KEYS[4], '*', 'id', a.id, 'tp', a.tp)
 else
-  redis.call('XADD', KEYS[4], '*', 'id', ARGV[1])
+  redis.call('XADD', KEYS[4], '*', 'id', a.id)
 end
-redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[9]) + tonumber(ARGV[10]))
-redis.call('ZADD', KEYS[3], ARGV[9], ARGV[1])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', ARGV[14], ARGV[15])
+redis.call('PEXPIREAT', KEYS[1], tonumber(a.deadline) + tonumber(a.retention))
+redis.call('ZADD', KEYS[3], a.deadline, a.id)
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[4])
 for i = decided + 1, #ARGV do
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[13], '*', 'e', ARGV[i])
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
 end
 return {'accepted', hops}
