@@ -77,6 +77,14 @@ def _outcome(message_id: str, outcome: Settled) -> MessageEnvelope:
     raise RequestFailed(message_id, outcome.result or "recipient_turn_failed")
 
 
+def _fence(metadata: dict[str, Any]) -> tuple[str, str] | None:
+    """(parent request, attempt) of a nested request's receipt, else None."""
+    parent, attempt = metadata.get("parent"), metadata.get("attempt")
+    if isinstance(parent, str) and isinstance(attempt, int) and not isinstance(attempt, bool):
+        return parent, str(attempt)
+    return None
+
+
 class RedisRequestRouter:
     """Resolves replies of requests accepted by the Redis transport.
 
@@ -133,6 +141,11 @@ class RedisRequestRouter:
                             receipt: MessageDeliveryResult) -> MessageEnvelope:
         """Wait for the settlement of ``request`` (namespace = ``context.namespace_id``).
 
+        A waiter armed before the accept (:meth:`expect`) waits at once; one whose
+        receipt says ``replayed`` (a re-attached nested request, possibly settled
+        already) or that was not armed reads the marker once first and returns a
+        terminal outcome at once.
+
         Returns:
             The stored reply envelope (the kernel re-validates it).
 
@@ -149,16 +162,21 @@ class RedisRequestRouter:
         if listener is None or self._tg is None:
             raise ConfigurationError("enter the router (async with) before resolving replies")
         ns, mid = context.namespace_id, request.id
-        hint = (receipt.metadata or {}).get("deadlineMs")
+        metadata = receipt.metadata or {}
+        hint = metadata.get("deadlineMs")
         deadline_hint = hint if isinstance(hint, int) and not isinstance(hint, bool) else None
+        # a re-attached request (issue 12) may have settled before its waiter was armed
+        replayed = metadata.get("replayed") is True
+        fence = _fence(metadata)
         try:
             async with listener.watch_request(ns, mid) as (slot, armed):
-                return await self._await_outcome(ns, mid, slot, deadline_hint, armed=armed)
+                return await self._await_outcome(ns, mid, slot, deadline_hint,
+                                                 armed=armed and not replayed)
         except (anyio.get_cancelled_exc_class(), StoreUnavailable):
             # Nobody waits any more: end the request (if Redis lets us) rather than leave it
             # open until its deadline; a reply that comes later is refused, not lost silently.
             with anyio.move_on_after(1, shield=True):
-                await self._cancel_quietly(ns, mid)
+                await self._cancel_quietly(ns, mid, fence)
             raise
 
     async def _durable(self, ns: str, mid: str,
@@ -228,9 +246,20 @@ class RedisRequestRouter:
         if self._listener is not None:
             self._listener.unexpect(namespace, message_id)
 
-    async def _cancel_quietly(self, ns: str, mid: str) -> None:
+    async def _cancel_quietly(self, ns: str, mid: str,
+                              fence: tuple[str, str] | None = None) -> None:
         # the cancellation is re-raised regardless; the reconciler expires what stays open
         with contextlib.suppress(SharedOSError):
+            if fence is not None:
+                # A nested request is the parent turn's: an attempt that lost that turn (a
+                # newer one re-attaches to the request) must not end it. Read, then settle:
+                # a newer attempt can only claim after this one's lease expired.
+                parent, attempt = fence
+                state, attempts = await guarded(
+                    self._limiter, self._timeout_s, "cancel",
+                    lambda: self.markers.fields(ns, parent, ("state", "attempts")))
+                if state != "running" or attempts != attempt:
+                    return
             await guarded(self._limiter, self._timeout_s, "cancel",
                           lambda: self.markers.settle_failure(ns, mid, state="cancelled",
                                                               code="request_cancelled"))

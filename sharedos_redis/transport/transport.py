@@ -9,8 +9,16 @@ optional fast path whose failure the relay makes harmless.
 
 Exact use accounting (ADR 0029): when the request carries a reserved ``maxUses``
 use (``kernel.usage.reserved_use``), a refusal before admission gives it back
-with a ``grant.usage.released`` record in the same script (duplicate, budget)
-or in ``release_grant_use`` (payload too large); an accepted request commits it.
+with a ``grant.usage.released`` record in the same script (duplicate, budget,
+fence, replay conflict) or in ``release_grant_use`` (payload too large); an
+accepted request commits it.
+
+Nested requests (issue 12): inside a turn (``turn_scope.current_turn``) the accept
+carries the parent request, the call's fingerprint and the turn's attempt. The
+script refuses a stale attempt (``turn_lease_lost``) and lets a re-run turn's same
+call re-attach to the request its earlier attempt started (``attached``: no second
+accept, hop or use; the receipt says ``replayed``), or refuses a changed call
+(``replay_conflict``).
 
 Must not import router/ or worker/.
 """
@@ -83,6 +91,8 @@ class ReplyWatch(Protocol):
 _REFUSALS: Final[dict[str, str]] = {
     "duplicate_message": "a message with this id was already accepted",
     "budget_exhausted": "the trace has no hops left",
+    "turn_lease_lost": "another attempt holds the requesting turn",
+    "replay_conflict": "the re-issued call differs from the one this turn made before",
 }
 """The accept script's refusal codes and what the denied receipt says of them."""
 
@@ -121,6 +131,14 @@ def call_fingerprint(envelope: MessageEnvelope) -> str:
             "payload": envelope.payload}
     canonical = json.dumps(call, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _turn_fields() -> dict[str, str | int]:
+    """The receipt's fencing fields of a nested request: the parent request and the
+    attempt that made it (the router cancels it on that attempt's behalf only while the
+    attempt still holds the parent's turn); none outside a turn."""
+    scope = current_turn.get()
+    return {} if scope is None else {"parent": scope.request_id, "attempt": scope.attempt}
 
 
 def _text(value: object) -> str:
@@ -178,10 +196,12 @@ class RedisStreamTransport:
         """Accept ``envelope`` durably (one Redis round trip).
 
         Returns:
-            ``accepted`` (metadata: ``deadlineMs``, ``hopsLeft``); ``denied`` with
-            ``payload_too_large``, ``duplicate_message`` or ``budget_exhausted``
-            (nothing written); ``failed`` with ``message_delivery_failed`` when
-            Redis failed or did not answer within ``accept_timeout_s``.
+            ``accepted`` (metadata: ``deadlineMs``, ``hopsLeft``; for a re-attached
+            nested request ``deadlineMs`` is the stored one and ``replayed`` is true);
+            ``denied`` with ``payload_too_large``, ``duplicate_message``,
+            ``budget_exhausted``, ``turn_lease_lost`` or ``replay_conflict`` (nothing
+            written); ``failed`` with ``message_delivery_failed`` when Redis failed or
+            did not answer within ``accept_timeout_s``.
         """
         now = self._clock()
         stamp = format_timestamp(now)
@@ -197,7 +217,8 @@ class RedisStreamTransport:
         armed = self.watch is not None and self.watch.expect(context.namespace_id, envelope.id)
         try:
             with anyio.fail_after(self._settings.accept_timeout_s):
-                status, hops = await self._accept(context, envelope, now, deadline, reservation)
+                status, value = await self._accept(context, envelope, now, deadline,
+                                                   reservation)
         except BaseException as exc:
             self._disarm(armed, context.namespace_id, envelope.id)
             if not isinstance(exc, StoreUnavailable | TimeoutError):
@@ -206,15 +227,18 @@ class RedisStreamTransport:
             return DeliveryFailed(message_id=envelope.id, timestamp=stamp,
                                   error=_error("message_delivery_failed",
                                                "the message store is unavailable", retryable=True))
+        if status != "accepted" and reservation is not None:
+            reservation.released = True  # by the script, with its record
+        if status == "attached":  # the waiter stays armed; its settlement may be past
+            return DeliveryAccepted(message_id=envelope.id, timestamp=stamp, metadata={
+                "deadlineMs": value, "replayed": True, **_turn_fields()})
         if status != "accepted":
             self._disarm(armed, context.namespace_id, envelope.id)
-            if reservation is not None:
-                reservation.released = True  # by the script, with its record
             return await self._refuse(context, envelope, status, stamp)
         fault_point("accept.after")
         await self._wake(context.namespace_id, envelope.id)
-        return DeliveryAccepted(message_id=envelope.id, timestamp=stamp,
-                                metadata={"deadlineMs": deadline, "hopsLeft": hops})
+        return DeliveryAccepted(message_id=envelope.id, timestamp=stamp, metadata={
+            "deadlineMs": deadline, "hopsLeft": value, **_turn_fields()})
 
     def _disarm(self, armed: bool, namespace: str, message_id: str) -> None:
         if armed and self.watch is not None:
@@ -229,6 +253,7 @@ class RedisStreamTransport:
         self, context: AccessContext, envelope: MessageEnvelope, now: datetime, deadline: int,
         reservation: UseReservation | None,
     ) -> tuple[str, int]:
+        """Run the accept script: (status, hops left | the stored deadline if attached)."""
         keys = Keys(context.namespace_id)
         event = audit_event(context, "message.accepted", "succeeded", at=format_timestamp(now),
                             message_id=envelope.id, receiver=envelope.receiver)
@@ -268,12 +293,12 @@ class RedisStreamTransport:
                  context.to_json(), event.to_json(), released,
                  len(decided), *decided, *if_accepted],
             )
-        status, hops = result
+        status, value = _text(result[0]), int(result[1])
         if outbox is not None:  # written by the script, atomically with it
             del outbox.events[:len(decided)]
-            outbox.on_accept_written = bool(if_accepted) and _text(status) == "accepted"
+            outbox.on_accept_written = bool(if_accepted) and status in ("accepted", "attached")
             outbox.on_accept.clear()
-        return _text(status), int(hops)
+        return status, value
 
     async def _write_effect_audit(self) -> None:
         """Write the open outbox's records now (no accept script runs for this request)."""

@@ -23,6 +23,7 @@ AuditEventType = Literal[
     "escalation.requested",
     # host events (the Redis delivery path)
     "message.accepted",
+    "message.replayed",  # a re-run turn's same nested call re-attached (issue 12)
     "message.refused",
     "message.dispatched",
     "turn.started",

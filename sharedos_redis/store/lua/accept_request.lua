@@ -27,28 +27,63 @@
 -- ARGV[6] n, then ARGV[7..6+n] audit records written first, whatever the outcome (the
 --         decision's before-effect records, kernel.outbox); ARGV[7+n..] audit records
 --         written only if accepted
--- returns {"accepted", hops left} | {refusal code, -1 | 0}; refusal codes:
---   duplicate_message, budget_exhausted
+-- returns {"accepted", hops left} | {"attached", stored deadline ms, stored state} |
+--   {refusal code, -1 | 0}; refusal codes: duplicate_message, budget_exhausted,
+--   turn_lease_lost, replay_conflict
+-- Nested requests (a.parent non-empty; issue 12, ADR 0028):
+--   fence: with a.attempt non-empty the parent marker must be running as that attempt,
+--     else turn_lease_lost (checked first: a stale attempt neither accepts nor re-attaches);
+--   replay: an existing id (derived from parent + call order) with the same parent and
+--     fingerprint re-attaches: nothing new is accepted, no hop is spent, the reserved use
+--     is given back (reason replay_attached: the effect was admitted once, by the first
+--     accept, whose use stays spent; ADR 0029), the replay is audited as message.replayed
+--     (ARGV[4] retyped: exactly one of accepted/replayed is ever written) together with
+--     the records written only if accepted; a different parent or fingerprint is
+--     replay_conflict. A root request (a.parent "") with a taken id stays duplicate_message.
 local a = cjson.decode(ARGV[1])
 local decided = 6 + (tonumber(ARGV[6]) or 0)
 for i = 7, decided do
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
 end
 
--- refuse(code, hops): give back the reserved use (with its record) and return the refusal
-local function refuse(code, hops)
+-- release(reason): give back the reserved use, with its record (reason = why)
+local function release(reason)
   if a.grant ~= '' and ARGV[5] ~= ''
       and tonumber(redis.call('HGET', KEYS[6], a.grant) or '0') > 0 then
     redis.call('HINCRBY', KEYS[6], a.grant, -1)
     local record = cjson.decode(ARGV[5])
-    record['reason'] = code
+    record['reason'] = reason
     redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', cjson.encode(record))
   end
+end
+
+-- refuse(code, hops): give back the reserved use (with its record) and return the refusal
+local function refuse(code, hops)
+  release(code)
   return {code, hops}
 end
 
+-- fence (issue 12): only the attempt holding the parent's turn may cause its effects
+if a.attempt ~= '' then
+  local turn = redis.call('HMGET', KEYS[8], 'state', 'attempts')
+  if turn[1] ~= 'running' or turn[2] ~= a.attempt then
+    return refuse('turn_lease_lost', -1)
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return refuse('duplicate_message', -1)
+  if a.parent == '' then return refuse('duplicate_message', -1) end
+  -- replay (issue 12): the same call of a re-run turn re-attaches to what it started
+  local seen = redis.call('HMGET', KEYS[1], 'parent', 'fp', 'deadline', 'state')
+  if seen[1] ~= a.parent or seen[2] ~= a.fp then return refuse('replay_conflict', -1) end
+  release('replay_attached')
+  local record = cjson.decode(ARGV[4])
+  record['type'] = 'message.replayed'
+  record['metadata'] = {state = seen[4], attempt = tonumber(a.attempt)}
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', cjson.encode(record))
+  for i = decided + 1, #ARGV do
+    redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
+  end
+  return {'attached', tonumber(seen[3]) or 0, seen[4]}
 end
 local stored = redis.call('GET', KEYS[2])
 local hops = tonumber(stored or a.hops)
