@@ -4,8 +4,10 @@
 SHAREDOS_REDIS_URL, SHAREDOS_NAMESPACE, FAULT_TURN_DELAY_S (how long each echo turn
 takes; default 0), FAULT_AGENTS (how many echo agents
 ``a00``..; default 1). Agents: ``req`` (the requester; it never runs a turn
-here) and ``alice`` plus ``a00``.. — each answers at once with
-``{"echo": payload, "by": <agent>, "attempt": n}``. Short lease, claim and
+here) and ``alice``, ``carol`` plus ``a00``.. — each answers at once with
+``{"echo": payload, "by": <agent>, "attempt": n}``; a payload ``{"via": <agent>, ...}``
+makes the turn first ask that agent for the rest of the payload (a nested request) and
+add ``"nested"``: the tool result's output, or its error. Short lease, claim and
 reconcile settings make re-runs come within seconds.
 """
 
@@ -25,9 +27,12 @@ from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
 from tests.worker.helpers import OWNER, invoke_grant, put, send_grant
 
-__all__ = ["FAST", "PURPOSE", "REQUESTER", "agent_names", "build", "grant_all", "host"]
+__all__ = ["FAST", "NESTED", "PURPOSE", "REQUESTER", "agent_names", "build", "grant_all",
+           "host"]
 
 REQUESTER = "req"
+NESTED = "carol"
+"""The agent nested requests go to (``{"via": "carol", ...}``)."""
 PURPOSE = "fault-suite"
 FAST: dict[str, Any] = {"request_timeout_s": 20, "turn_timeout_s": 5, "lease_s": 1,
                         "claim_idle_s": 1, "reconcile_interval_s": 0.2, "max_attempts": 5,
@@ -42,7 +47,16 @@ def agent_names(count: int) -> list[str]:
 
 async def _echo(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
     await anyio.sleep(float(os.environ.get("FAULT_TURN_DELAY_S", "0")))
-    return {"echo": turn.message.payload, "by": turn.agent.agent_id, "attempt": turn.attempt}
+    payload = turn.message.payload
+    answer: dict[str, JsonValue] = {"echo": payload, "by": turn.agent.agent_id,
+                                    "attempt": turn.attempt}
+    if isinstance(payload, dict) and isinstance(via := payload.get("via"), str):
+        rest = {key: value for key, value in payload.items() if key != "via"}
+        result = await host.call("messages.request", {
+            "recipient": {"kind": "agent", "agentId": via}, "payload": rest})
+        wire = result.to_wire()
+        answer["nested"] = wire.get("output") if result.status == "succeeded" else wire
+    return answer
 
 
 async def _idle(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
@@ -54,7 +68,7 @@ def build(redis: Redis, ns: str, *, url: str | None = None, agents: int = 1,
     """A host with the requester and the echo agents on ``redis``."""
     values = dict(FAST, **settings)
     specs = {name: AgentSpec(ScriptedRuntime(_echo), authority=OWNER, owner=OWNER)
-             for name in agent_names(agents)}
+             for name in [*agent_names(agents), NESTED]}
     specs[REQUESTER] = AgentSpec(ScriptedRuntime(_idle), authority=OWNER, owner=OWNER)
     return MessagingHost(redis, namespace=ns, agents=specs, settings=HostSettings(**values),
                          connection=RedisSettings.from_url(url) if url else None)

@@ -1,7 +1,8 @@
 """A requester process: ``python -m tests.faults.requester send|check <message-id>``.
 
 ``send`` makes one ``messages.request`` from ``req`` to ``alice`` through
-``Kernel.invoke_tool`` and prints the outcome as one JSON line; ``check`` is a
+``Kernel.invoke_tool`` and prints the outcome as one JSON line (``nested``: the same,
+and alice's turn asks ``carol`` before it answers); ``check`` is a
 restarted requester: it reads the request back from its marker by message id,
 waits for its settlement with ``router.resolve_reply`` and re-validates the reply
 like the kernel does. Environment: SHAREDOS_REDIS_URL, SHAREDOS_NAMESPACE and,
@@ -31,7 +32,7 @@ from sharedos_redis.kernel.replies import check_reply
 from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.worker.host import MessagingHost
 
-from .fault_app import PURPOSE, REQUESTER, build
+from .fault_app import NESTED, PURPOSE, REQUESTER, build
 
 __all__ = ["ask", "main", "recheck", "result_json"]
 
@@ -85,7 +86,10 @@ async def _main(mode: str, message_id: str | None) -> dict[str, Any]:
             with anyio.fail_after(40):
                 if mode == "check" and message_id:
                     return await recheck(host, message_id)
-                return result_json(await ask(host, "alice", {"q": "status?"}))
+                payload: JsonValue = {"q": "status?"}
+                if mode == "nested":
+                    payload = {"q": "status?", "via": NESTED}
+                return result_json(await ask(host, "alice", payload))
     finally:
         await host.redis.aclose()
 
