@@ -285,26 +285,33 @@ class MessageService:
         Returns:
             The tool result and its audit fields; never raises for a refusal.
         """
-        cause = await self.request_unavailable(context)
-        if cause is not None:
-            return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"), cause=cause)
+        invalid: ContractError | None = None
         try:
             arguments = MessageRequestArguments.from_wire(call.arguments)
             recipient = arguments.recipient_address()
             requirement = messaging_requirement(context, recipient)  # built once per call
         except ContractError as exc:
+            invalid = exc
+        else:
+            # Drawn before the first await: a turn's well-formed calls get their ids in the
+            # order they were started, whatever their I/O (a re-run names the same requests).
+            message_id = self._message_ids()
+        cause = await self.request_unavailable(context)
+        if cause is not None:
+            return ToolOutcome(tool_denied(call, self._now(), "tool_unavailable"), cause=cause)
+        if invalid is not None:
             details = {"errors": [{"loc": [str(p) for p in e.get("loc", ())],
-                                   "type": str(e.get("type", ""))} for e in exc.errors[:8]]}
+                                   "type": str(e.get("type", ""))} for e in invalid.errors[:8]]}
             return ToolOutcome(tool_failed(call, self._now(), "invalid_tool_arguments", details),
                                cause="invalid_arguments")
-        envelope = self._trusted_envelope(context, recipient, arguments)
+        envelope = self._trusted_envelope(context, recipient, arguments, message_id)
         return await self._send_request(context, call, envelope, requirement)
 
     def _trusted_envelope(self, context: AccessContext, recipient: Address,
-                          arguments: MessageRequestArguments) -> MessageEnvelope:
+                          arguments: MessageRequestArguments, message_id: str) -> MessageEnvelope:
         """The request envelope: every field but receiver and payload is the host's."""
         return MessageEnvelope.from_wire({
-            "version": "2", "id": self._message_ids(), "sender": context.actor.to_wire(),
+            "version": "2", "id": message_id, "sender": context.actor.to_wire(),
             "receiver": recipient.to_wire(), "purpose": context.purpose,
             "payload": arguments.payload, "traceId": context.trace_id,
             "createdAt": self._now(),

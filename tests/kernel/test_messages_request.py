@@ -250,3 +250,39 @@ async def test_cancellation_while_waiting_for_the_reply_propagates() -> None:
             await world.router.waiting.wait()
             tg.cancel_scope.cancel()
     assert results == []  # cancelled, not turned into a result
+
+
+async def test_concurrent_requests_get_their_ids_in_the_order_they_were_started() -> None:
+    """A re-run turn names the same nested requests only if ids follow the start order,
+    not the order the calls' I/O happens to finish (issue 12)."""
+    world = world_for()
+    gate, held = anyio.Event(), []
+    load = world.grants.grants_for
+
+    async def first_load_waits(*args: Any) -> Any:
+        if not held:  # the first call's grant load is slow
+            held.append(True)
+            await gate.wait()
+        return await load(*args)
+
+    world.grants.grants_for = first_load_waits  # type: ignore[method-assign]  # a slow store
+    results: dict[str, ToolResult] = {}
+    second_done = anyio.Event()
+
+    async def ask(payload: str) -> None:
+        results[payload] = await request(world, {**ARGS, "payload": payload},
+                                         call_id=f"call-{payload}")
+        if payload == "second":
+            second_done.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, "first")
+            tg.start_soon(ask, "second")
+            await second_done.wait()  # the second call overtook the first one
+            gate.set()
+    assert world.transport is not None
+    assert [e.payload for e in world.transport.envelopes] == ["second", "first"]
+    assert {e.payload: e.id for e in world.transport.envelopes} == {"first": "msg-1",
+                                                                     "second": "msg-2"}
+    assert all(result.status == "succeeded" for result in results.values())
