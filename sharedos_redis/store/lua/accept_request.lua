@@ -26,7 +26,7 @@
 --         sets its reason
 -- ARGV[6] n, then ARGV[7..6+n] audit records written first, whatever the outcome (the
 --         decision's before-effect records, kernel.outbox); ARGV[7+n..] audit records
---         written only if accepted
+--         written only if accepted or attached
 -- returns {"accepted", hops left} | {"attached", stored deadline ms, stored state} |
 --   {refusal code, -1 | 0}; refusal codes: duplicate_message, budget_exhausted,
 --   turn_lease_lost, replay_conflict
