@@ -197,7 +197,8 @@ class RedisStreamTransport:
 
         Returns:
             ``accepted`` (metadata: ``deadlineMs``, ``hopsLeft``; for a re-attached
-            nested request ``deadlineMs`` is the stored one and ``replayed`` is true);
+            nested request ``deadlineMs`` is the stored one and ``replayed`` is true;
+            inside a turn also ``parent`` and ``attempt``, the router's fence);
             ``denied`` with ``payload_too_large``, ``duplicate_message``,
             ``budget_exhausted``, ``turn_lease_lost`` or ``replay_conflict`` (nothing
             written); ``failed`` with ``message_delivery_failed`` when Redis failed or
