@@ -126,6 +126,18 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
+def _token(attempt: int | None) -> str:
+    """A fencing token as a script argument ("" = unfenced)."""
+    return "" if attempt is None else str(attempt)
+
+
+def _attribution(namespace: str, actor: object, purpose: str, trace_id: str) -> str:
+    """Who a settlement record names when the request's stored context is unreadable."""
+    return json.dumps({"namespaceId": namespace, "actor": actor,
+                       "authority": HOST_ADDRESS.to_wire(), "owner": HOST_ADDRESS.to_wire(),
+                       "purpose": purpose, "traceId": trace_id})
+
+
 def _settlement(raw: list[Any]) -> Settlement:
     return Settlement(settled=int(raw[0]) == 1, code=_text(raw[1]),
                       state=_text(raw[2]) or None, cause=_text(raw[3]) or None)
@@ -233,14 +245,21 @@ class MarkerStore:
                                        [message_id, attempt, await self._now_ms(namespace)])
         return int(raw) == 1
 
-    async def settle_reply(self, namespace: str, reply: MessageEnvelope) -> Settlement:
+    async def settle_reply(self, namespace: str, reply: MessageEnvelope, *,
+                           attempt: int | None = None) -> Settlement:
         """Settle the request named by ``reply.replyTo`` with ``reply`` (open → replied).
 
         Refusals (audited as ``reply.refused``, nothing else changes):
-        ``unknown_request``; ``request_closed`` (cause = the terminal state);
-        ``reply_mismatch`` (cause ``reply_to`` | ``sender`` | ``receiver`` |
-        ``purpose`` | ``trace_id``). A payload over ``max_reply_bytes`` is not stored:
-        the open request fails ``reply_too_large`` (what its requester is told).
+        ``unknown_request``; ``turn_lease_lost`` (``attempt`` given and the request is
+        not running under it: cause = its state, or ``attempt``); ``request_closed``
+        (cause = the terminal state); ``reply_mismatch`` (cause ``reply_to`` |
+        ``sender`` | ``receiver`` | ``purpose`` | ``trace_id``). A payload over
+        ``max_reply_bytes`` is not stored: the open request fails ``reply_too_large``
+        (what its requester is told; fenced by ``attempt`` too).
+
+        Args:
+            attempt: the settling turn's attempt (its fencing token); None settles
+                whoever runs the request (a router cancel, the reconciler).
 
         Raises:
             StoreUnavailable: Redis failed.
@@ -252,36 +271,51 @@ class MarkerStore:
         k, mid = Keys(namespace), reply.reply_to
         if payload_bytes(reply.payload) > self.max_reply_bytes:
             failed = await self.settle_failure(namespace, mid, state="failed",
-                                               code="reply_too_large")
+                                               code="reply_too_large", attempt=attempt)
             return Settlement(False, "reply_too_large" if failed.settled else failed.code,
                               failed.state, failed.cause)
-        attribution = {"namespaceId": namespace, "actor": reply.sender.to_wire(),
-                       "authority": HOST_ADDRESS.to_wire(), "owner": HOST_ADDRESS.to_wire(),
-                       "purpose": reply.purpose, "traceId": reply.trace_id}
+        attribution = _attribution(namespace, reply.sender.to_wire(), reply.purpose,
+                                   reply.trace_id)
         raw = await self._carrying(namespace, lambda queued: self._scripts.call(
             "settle_reply", [k.message(mid), k.open, k.leases, k.settled, k.audit],
             [mid, reply.to_json(), address_tag(reply.sender.kind, reply.sender.id),
              address_tag(reply.receiver.kind, reply.receiver.id), reply.purpose,
              reply.trace_id, self._now_arg(), self._retention_ms, self._settled_maxlen,
-             self._audit_maxlen, new_id(), self._at(), json.dumps(attribution), *queued]))
+             self._audit_maxlen, new_id(), self._at(), attribution, _token(attempt),
+             *queued]))
         return await self._forget_unknown(namespace, mid, _settlement(raw))
 
     async def settle_failure(self, namespace: str, message_id: str, *, state: FailureState,
-                             code: str) -> Settlement:
+                             code: str, attempt: int | None = None) -> Settlement:
         """End an open request without a reply (open → ``state``, storing ``code``).
 
-        Refusals (nothing changes): ``unknown_request``, ``request_closed``.
+        Refusals (nothing changes): ``unknown_request``, ``request_closed``; with
+        ``attempt`` (the settling turn's fencing token) also ``turn_lease_lost`` when the
+        request is not running under it, audited as ``reply.refused``.
 
         Raises:
             StoreUnavailable: Redis failed.
         """
         k = Keys(namespace)
+        attribution = _attribution(namespace, HOST_ADDRESS.to_wire(), "request settlement",
+                                   "untraced")
         raw = await self._carrying(namespace, lambda queued: self._scripts.call(
             "settle_failure",
             [k.message(message_id), k.open, k.leases, k.settled, k.audit, k.dead],
             [message_id, state, code, self._now_arg(), self._retention_ms, self._settled_maxlen,
-             self._audit_maxlen, self._dead_maxlen, new_id(), self._at(), *queued]))
+             self._audit_maxlen, self._dead_maxlen, new_id(), self._at(), _token(attempt),
+             attribution, *queued]))
         return await self._forget_unknown(namespace, message_id, _settlement(raw))
+
+    async def holds_lease(self, namespace: str, message_id: str, attempt: int) -> bool:
+        """Whether ``attempt`` still runs the request (state ``running``, ``attempts ==
+        attempt``): the fence a turn's host tool calls pass before their handler runs.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        state, attempts = await self.fields(namespace, message_id, ("state", "attempts"))
+        return state == "running" and attempts == str(attempt)
 
     async def _carrying(self, namespace: str,
                         script: Callable[[list[str]], Awaitable[Any]]) -> Any:

@@ -60,3 +60,22 @@ local function dead_letter(dead, maxlen, id, reason, at)
   redis.call('XADD', dead, 'MAXLEN', '~', maxlen, '*', 'id', id, 'reason', reason, 'at', at)
 end
 
+
+-- lease_lost(state, attempts, token): why attempt ``token`` no longer holds the turn
+-- lease (the fencing check of a turn's own effects), or nil when it does or when
+-- ``token`` is "" (an unfenced caller: router cancel, reconciler, dead-lettering).
+-- The cause is the state when the request is no longer running, else 'attempt'.
+local function lease_lost(state, attempts, token)
+  if token == nil or token == '' then return nil end
+  if state ~= 'running' then return state end
+  if attempts ~= token then return 'attempt' end
+  return nil
+end
+
+-- refuse(audit, maxlen, ctx_json, fallback_json, fields): one refusal record attributed to
+-- the stored context, or to ``fallback_json`` when none is readable (records never drop).
+local function refuse(audit, maxlen, ctx_json, fallback_json, fields)
+  if not append_event(audit, maxlen, ctx_json, fields) then
+    append_event(audit, maxlen, fallback_json, fields)
+  end
+end

@@ -5,6 +5,9 @@
 -- request.cancelled | request.dead_lettered); dead also appends a dead letter.
 -- A terminal or missing marker is refused (request_closed / unknown_request) and
 -- nothing changes: terminal states never change.
+-- Fenced (ARGV[11] an attempt): refused first, turn_lease_lost, unless the marker is
+-- running under that attempt; that refusal is audited (reply.refused, cause: the state
+-- or 'attempt'; ADR 0023), nothing else changes.
 -- Time is the Redis server's TIME unless ARGV[4] overrides it (tests).
 -- KEYS[1] marker hash  sos:{ns}:msg:<id>   KEYS[2] open zset  sos:{ns}:open
 -- KEYS[3] leases zset  sos:{ns}:leases     KEYS[4] settled stream sos:{ns}:settled
@@ -12,16 +15,25 @@
 -- ARGV[1] message id   ARGV[2] terminal state   ARGV[3] reason code   ARGV[4] now ms or ""
 -- ARGV[5] retention ms   ARGV[6] settled MAXLEN ~   ARGV[7] audit MAXLEN ~
 -- ARGV[8] dead MAXLEN ~  ARGV[9] audit event id     ARGV[10] now RFC 3339
--- ARGV[11..] queued audit records (wire JSON) written first, whatever the outcome
+-- ARGV[11] the settling turn's attempt (fencing token) or "" (unfenced)
+-- ARGV[12] attribution JSON used when no context is stored (see settle_reply)
+-- ARGV[13..] queued audit records (wire JSON) written first, whatever the outcome
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
 local event_types = {
   failed = 'request.failed', timed_out = 'request.timed_out',
   cancelled = 'request.cancelled', dead = 'request.dead_lettered',
 }
-carry(KEYS[5], ARGV[7], 11)
-local m = redis.call('HMGET', KEYS[1], 'state', 'ctx')
+carry(KEYS[5], ARGV[7], 13)
+local m = redis.call('HMGET', KEYS[1], 'state', 'ctx', 'attempts')
 local state = m[1]
 if not state then return {0, 'unknown_request', '', ''} end
+local lost = lease_lost(state, m[3], ARGV[11])
+if lost then
+  refuse(KEYS[5], ARGV[7], m[2], ARGV[12], {id = ARGV[9], type = 'reply.refused',
+    outcome = 'denied', at = ARGV[10], messageId = ARGV[1], reason = 'turn_lease_lost',
+    cause = lost})
+  return {0, 'turn_lease_lost', state, lost}
+end
 if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then
   return {0, 'request_closed', state, state}
 end

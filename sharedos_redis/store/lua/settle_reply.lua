@@ -6,6 +6,9 @@
 -- reads the reply once from the marker, the authority) and a
 -- reply.settled audit record. A refusal changes nothing but one reply.refused
 -- audit record (reason + cause).
+-- Fenced (ARGV[14] an attempt): refused first, turn_lease_lost, unless the marker is
+-- running under that very attempt (cause: the state, or 'attempt' when another attempt
+-- runs it); the stale attempt's refusal is audited like any other (ADR 0023).
 -- Time is the Redis server's TIME unless ARGV[7] overrides it (tests).
 -- KEYS[1] marker hash  sos:{ns}:msg:<replyTo>  KEYS[2] open zset  sos:{ns}:open
 -- KEYS[3] leases zset  sos:{ns}:leases         KEYS[4] settled stream sos:{ns}:settled
@@ -16,22 +19,26 @@
 -- ARGV[9] settled MAXLEN ~   ARGV[10] audit MAXLEN ~      ARGV[11] audit event id
 -- ARGV[12] now RFC 3339      ARGV[13] attribution JSON used when no context is stored
 --   ({namespaceId, actor, authority, owner, purpose, traceId})
--- ARGV[14..] queued audit records (wire JSON) written first, whatever the outcome
+-- ARGV[14] the settling turn's attempt (fencing token) or "" (unfenced)
+-- ARGV[15..] queued audit records (wire JSON) written first, whatever the outcome
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
 local function audit(ctx_json, etype, outcome, reason, cause)
-  local fields = {id = ARGV[11], type = etype, outcome = outcome, at = ARGV[12],
-    messageId = ARGV[1], reason = reason, cause = cause}
-  if not append_event(KEYS[5], ARGV[10], ctx_json, fields) then
-    append_event(KEYS[5], ARGV[10], ARGV[13], fields)  -- no readable stored context
-  end
+  refuse(KEYS[5], ARGV[10], ctx_json, ARGV[13], {id = ARGV[11], type = etype,
+    outcome = outcome, at = ARGV[12], messageId = ARGV[1], reason = reason, cause = cause})
 end
 
-carry(KEYS[5], ARGV[10], 14)
-local m = redis.call('HMGET', KEYS[1], 'state', 'from', 'to', 'purpose', 'trace', 'ctx')
+carry(KEYS[5], ARGV[10], 15)
+local m = redis.call('HMGET', KEYS[1], 'state', 'from', 'to', 'purpose', 'trace', 'ctx',
+  'attempts')
 local state = m[1]
 if not state then
   audit(nil, 'reply.refused', 'denied', 'unknown_request', nil)
   return {0, 'unknown_request', '', ''}
+end
+local lost = lease_lost(state, m[7], ARGV[14])
+if lost then
+  audit(m[6], 'reply.refused', 'denied', 'turn_lease_lost', lost)
+  return {0, 'turn_lease_lost', state, lost}
 end
 if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then
   audit(m[6], 'reply.refused', 'denied', 'request_closed', state)
