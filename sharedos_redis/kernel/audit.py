@@ -2,11 +2,14 @@
 
 Owns ``audit_event``: the one way kernel code builds an :class:`AuditEvent`, so
 every record carries the context's namespace, actor, authority, owner, purpose
-and trace. Payloads and tool arguments are not accepted. Imports no I/O library.
+and trace; a record made inside a turn also carries the turn's identity
+(``metadata.turnId``, :data:`TURN_ID`, fresh per run: SharedOS ADR 0027). Payloads
+and tool arguments are not accepted. Imports no I/O library.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import ValidationError
@@ -15,7 +18,10 @@ from ..errors import ContractError
 from .contracts import AccessContext, AuditEvent, AuditEventType, AuditOutcome
 from .ids import new_id
 
-__all__ = ["audit_event"]
+__all__ = ["TURN_ID", "audit_event"]
+
+TURN_ID: ContextVar[str | None] = ContextVar("sharedos_turn_id", default=None)
+"""The running turn's identity (set by the TurnExecutor for one run); None outside a turn."""
 
 _OPTIONAL_FIELDS = frozenset(
     name for name, field in AuditEvent.model_fields.items() if not field.is_required()
@@ -51,6 +57,9 @@ def audit_event(
         ContractError: a field is unknown or a value does not satisfy the contract
             (for example a context built with ``model_construct`` and an empty purpose).
     """
+    turn_id = TURN_ID.get()
+    if turn_id is not None:
+        fields["metadata"] = {**(fields.get("metadata") or {}), "turnId": turn_id}
     unknown = set(fields) - _OPTIONAL_FIELDS
     if unknown:
         raise ContractError("AuditEvent", [

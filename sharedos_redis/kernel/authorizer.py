@@ -75,6 +75,9 @@ from .ports import (
 )
 from .usage import UseReservation
 
+_TURN = ("turn", None, None)
+"""The snapshot entry naming the turn a snapshot belongs to (see ``snapshot``)."""
+
 __all__ = ["CapabilityAuthorizer"]
 
 
@@ -111,15 +114,20 @@ class CapabilityAuthorizer:
         self._clock = clock
 
     @contextmanager
-    def snapshot(self) -> Iterator[None]:
+    def snapshot(self, turn_id: str | None = None) -> Iterator[None]:
         """Within the block, load the grants of each (namespace, actor, authority) once.
 
         SharedOS resolves a turn's authority once; the kernel wraps each operation
         (and the turn executor each turn) in a snapshot so discovery, admission and
         consumption decide against one grant set. Use counters are never cached.
-        Nested snapshots share the outermost one.
+        Nested snapshots share the outermost one, except that a snapshot opened for a
+        turn (``turn_id``) is that turn's own: two turns, or two attempts of one turn,
+        never share one (ADR 0027 turn lease isolation).
         """
-        token = SNAPSHOT.set({}) if SNAPSHOT.get() is None else None
+        current = SNAPSHOT.get()
+        token = None
+        if current is None or (turn_id is not None and current.get(_TURN) != turn_id):
+            token = SNAPSHOT.set({} if turn_id is None else {_TURN: turn_id})
         try:
             yield
         finally:

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from ..errors import ContractError, TurnFailure
-from .audit import audit_event
+from .audit import TURN_ID, audit_event
 from .contracts import (
     AuditOutcome,
     Escalation,
@@ -109,12 +109,16 @@ class TurnExecutor:
         return format_timestamp(self._clock())
 
     async def execute(self, request: ExecutionRequest | Mapping[str, Any], *,
-                      attempt: int = 1) -> ExecutionResult:
+                      attempt: int = 1, turn_id: str | None = None) -> ExecutionResult:
         """Admit and run one turn; every refusal or failure is a result.
 
         Args:
             request: the turn (a mapping is parsed strictly from the wire).
             attempt: 1 on the first run; higher only when re-run after a crash.
+            turn_id: this run's identity (ADR 0027 turn lease isolation): its grant
+                snapshot is its own and every audit record it causes names it
+                (``metadata.turnId``). A fresh id when omitted; a host passes one per
+                attempt, never the same one twice.
 
         Raises:
             ContractError: the request is malformed (UnsupportedProtocolVersion first).
@@ -123,8 +127,13 @@ class TurnExecutor:
             request = ExecutionRequest.from_wire(request)
         # SharedOS resolves a turn's authority once: one grant snapshot for the whole turn
         # (use counters stay live, so maxUses is still spent exactly).
-        with self._kernel.authorizer.snapshot():
-            return await self._execute(request, attempt)
+        turn_id = turn_id or new_id()
+        token = TURN_ID.set(turn_id)
+        try:
+            with self._kernel.authorizer.snapshot(turn_id):
+                return await self._execute(request, attempt)
+        finally:
+            TURN_ID.reset(token)
 
     async def _execute(self, request: ExecutionRequest, attempt: int) -> ExecutionResult:
         started = self._now()
