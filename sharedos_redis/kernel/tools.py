@@ -84,6 +84,7 @@ ERROR_MESSAGES: dict[str, str] = {
     "invalid_driver_decision": "the model driver returned an output that cannot be used",
     "turn_cancelled": "the turn was cancelled",
     "audit_unavailable": "the audit record could not be written",
+    "turn_lease_lost": "this turn no longer holds its lease: another attempt runs it",
 }
 
 

@@ -4,6 +4,7 @@ stream worker (Redis Cluster), CLI.
 Only this package touches asyncio (arq needs it).
 """
 
+from .fencing import ToolCallScope, current_call
 from .host import AgentSpec, MessagingHost
 from .local import LocalWorker
 from .reconciler import Reconciler
@@ -12,4 +13,4 @@ from .streams import StreamWorker
 from .turns import TurnRunner
 
 __all__ = ["AgentSpec", "HostSettings", "LocalWorker", "MessagingHost", "Reconciler",
-           "StreamWorker", "TurnRunner"]
+           "StreamWorker", "ToolCallScope", "TurnRunner", "current_call"]

@@ -57,6 +57,7 @@ from ..transport.deadlines import deadline_scope
 from ..transport.transport import RedisStreamTransport, TransportSettings
 from ..transport.turn_scope import request_id
 from .effects import EffectTrackingTransport, tracked_handler
+from .fencing import fenced_handler
 from .grants import invoke_grant, send_grant
 from .settings import HostSettings
 from .slots import SlotReleasingRouter
@@ -199,10 +200,15 @@ class MessagingHost:
         inside the definition's ``requiredCapability`` (the ceiling); see
         :meth:`Kernel.register_tool`.
 
+        Inside a worker turn a call runs only while the turn's attempt holds its lease
+        (else it fails ``turn_lease_lost`` and the handler never runs); the handler reads
+        its idempotency key and fencing token from
+        :func:`~sharedos_redis.worker.current_call`.
+
         Raises:
             ConfigurationError: the name is taken or reserved.
         """
-        handler = tracked_handler(definition, handler)
+        handler = fenced_handler(tracked_handler(definition, handler), self.markers.holds_lease)
         self.kernel.register_tool(definition, handler, resolve=resolve)
         self._tools.append(_Tool(definition, handler))
 
@@ -250,8 +256,9 @@ class MessagingHost:
         )
 
     async def execute(self, agent_id: str, request: ExecutionRequest, *,
-                      attempt: int = 1) -> ExecutionResult:
-        """Run one turn of ``agent_id`` through the kernel's TurnExecutor.
+                      attempt: int = 1, turn_id: str | None = None) -> ExecutionResult:
+        """Run one turn of ``agent_id`` through the kernel's TurnExecutor, as ``turn_id``
+        (fresh when omitted; see :meth:`TurnExecutor.execute`).
 
         Requests the turn makes are capped to end before the turn does (see
         :func:`nested_deadline_ms`), so the turn sees their typed outcome instead of
@@ -261,7 +268,8 @@ class MessagingHost:
         options = request.options
         timeout_ms = options.timeout_ms if options and options.timeout_ms else 120_000
         with deadline_scope(nested_deadline_ms(int(time.time() * 1000), timeout_ms)):
-            return await TurnExecutor(self.kernel, spec.runtime).execute(request, attempt=attempt)
+            return await TurnExecutor(self.kernel, spec.runtime).execute(
+                request, attempt=attempt, turn_id=turn_id)
 
     async def start_turn(self, agent_id: str, payload: JsonValue, *, purpose: str,
                          trace_id: str | None = None, hops: int | None = None,

@@ -51,6 +51,10 @@ _FAILURE_CODES: Final = {
 }
 
 
+_LATE_S: Final = 0.25
+"""A renewal waking later than this (and than half its period) is logged as late."""
+
+
 def failure_code(result: ExecutionResult) -> str:
     """The request failure code a non-succeeded turn settles with."""
     return _FAILURE_CODES[result.status]
@@ -128,7 +132,7 @@ class TurnRunner:
         receiver = request.receiver
         if receiver.kind != "agent" or host.agent_spec(receiver.id) is None:
             await host.markers.settle_failure(namespace, message_id, state="failed",
-                                              code="recipient_unknown")
+                                              code="recipient_unknown", attempt=claim.attempt)
             return "recipient_unknown"
         active = self.active[message_id] = _Active(receiver.id)
         started = time.monotonic()
@@ -162,7 +166,7 @@ class TurnRunner:
             return await self._hand_back(request.id, claim.attempt, active)
         fault_point("turn.before_settle")
         with telemetry().settle_span(namespace, request):
-            outcome = await self._settle(namespace, request, result)
+            outcome = await self._settle(namespace, request, result, claim.attempt)
         fault_point("turn.after_settle")
         return outcome
 
@@ -187,19 +191,39 @@ class TurnRunner:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(renew)
-                with deadline_scope(claim.deadline_ms), turn_scope(TurnScope(
-                        self.host.namespace, request.id, claim.attempt)):
-                    result = await host.execute(active.agent, execution, attempt=claim.attempt)
+                # a fresh turn identity per attempt (ADR 0027): its own grant snapshot,
+                # named by its audit records; the attempt fences what it causes
+                scope = TurnScope(self.host.namespace, request.id, claim.attempt)
+                with deadline_scope(claim.deadline_ms), turn_scope(scope):
+                    result = await host.execute(active.agent, execution, attempt=claim.attempt,
+                                                turn_id=scope.turn_id)
                 tg.cancel_scope.cancel()
         return (None if lost else result), lost
 
     async def _renew_until_lost(self, message_id: str, attempt: int) -> bool:
-        """Renew the lease every third of it; returns False once another attempt holds it."""
+        """Renew the lease every third of it; returns False once another attempt holds it.
+
+        A watchdog: waking late means the event loop was blocked (a runtime calling
+        blocking code); that is logged as a WARNING naming the turn and how late. When
+        the lease may have expired meanwhile, the renewal's answer decides: still ours,
+        the turn goes on; another attempt's, the turn is stopped (and whatever it does
+        before it stops is fenced: its tool calls and settlement are refused).
+        """
         host, s = self.host, self.host.settings
         period = s.lease_s / 3
         renewed = time.monotonic()
         while True:
+            slept = time.monotonic()
             await anyio.sleep(period)
+            late_s = time.monotonic() - slept - period
+            if late_s > max(_LATE_S, period / 2):
+                log.warning(
+                    "turn %s/%s attempt %d: lease renewal woke %.1fs late (the event loop "
+                    "was blocked)%s", host.namespace, message_id, attempt, late_s,
+                    "; the lease may have expired, checking" if time.monotonic() - renewed
+                    >= s.lease_s else "", extra={"lease_late": {
+                        "namespace": host.namespace, "message_id": message_id,
+                        "attempt": attempt, "late_s": round(late_s, 3)}})
             try:
                 ok = await host.markers.renew_lease(
                     host.namespace, message_id, lease_ms=int(s.lease_s * 1000), attempt=attempt)
@@ -212,6 +236,8 @@ class TurnRunner:
                             message_id, s.lease_s)
                 return False
             if not ok:
+                log.warning("turn %s/%s attempt %d lost its lease to another attempt: "
+                            "stopping it", host.namespace, message_id, attempt)
                 return False
             renewed = time.monotonic()
 
@@ -228,7 +254,7 @@ class TurnRunner:
                                               lease_ms=int(s.lease_s * 1000), attempt=attempt):
                 outcome = "recipient_turn_interrupted"
                 await host.markers.settle_failure(host.namespace, message_id, state="failed",
-                                                  code=outcome)
+                                                  code=outcome, attempt=attempt)
         return outcome
 
     async def _release_unstarted(self, message_id: str, attempt: int) -> str:
@@ -268,22 +294,29 @@ class TurnRunner:
                            - before.get("recipient_turn_interrupted", 0))
 
     async def _settle(self, namespace: str, request: MessageEnvelope,
-                      result: ExecutionResult) -> str:
+                      result: ExecutionResult, attempt: int) -> str:
+        """Settle with the turn's result, fenced by ``attempt``: refused (``turn_lease_lost``)
+        when another attempt runs the request meanwhile or it ended."""
         markers = self.host.markers
         if isinstance(result, ExecutionSucceeded):
             reply = MessageEnvelope(
                 id=new_id(), sender=request.receiver, receiver=request.sender,
                 purpose=request.purpose, payload=result.output, trace_id=request.trace_id,
                 created_at=format_timestamp(), reply_to=request.id)
-            settlement = await markers.settle_reply(namespace, reply)
-            if not settlement.settled:
+            settlement = await markers.settle_reply(namespace, reply, attempt=attempt)
+            if settlement.code == "turn_lease_lost":
+                log.warning("turn %s/%s attempt %d: reply refused, another attempt runs the "
+                            "request or it ended (turn_lease_lost)", namespace, request.id,
+                            attempt)
+            elif not settlement.settled:
                 log.info("reply to %s refused: %s", request.id, settlement.code)
             return "replied" if settlement.settled else settlement.code
         assert isinstance(result, ExecutionDenied | ExecutionFailed | ExecutionCancelled
                           | ExecutionEscalated)
         code = failure_code(result)
-        await markers.settle_failure(namespace, request.id, state="failed", code=code)
-        return code
+        settlement = await markers.settle_failure(namespace, request.id, state="failed",
+                                                  code=code, attempt=attempt)
+        return settlement.code if settlement.code == "turn_lease_lost" else code
 
     async def run_in_slot(self, namespace: str, message_id: str, slot: TurnSlot) -> str:
         """Run a woken turn in ``slot`` (given back while it waits for nested replies),
