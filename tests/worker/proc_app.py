@@ -6,7 +6,10 @@ alice's behaviour is chosen by the request payload's ``mode``:
 ``signals_key``) and then blocks on ``release_key`` (BLPOP) — except from attempt 2
 on, when it answers at once; ``"write-block"`` first calls the non-repeatable
 ``notes.write`` tool, then does what ``"block"`` does; ``"slow"`` signals, then takes
-``seconds`` (the agent's own work, e.g. a 3 s turn for drain tests). TEST_DRAIN_GRACE
+``seconds`` (the agent's own work, e.g. a 3 s turn for drain tests); ``"stall"`` pays
+once (``notes.pay``, deduplicated on its idempotency key) and then, in attempt 1 only,
+signals and blocks the event loop itself (a synchronous BLPOP on ``release_key``, like
+a runtime calling blocking code) before it answers. TEST_DRAIN_GRACE
 sets ``drain_grace_s``. Signals go through Redis lists so tests synchronise
 on BLPOP, never on sleeps.
 """
@@ -17,12 +20,14 @@ import os
 from typing import Any
 
 import anyio
+import redis as sync_redis
 from redis.asyncio import Redis
 
-from sharedos_redis.kernel.contracts import JsonValue
+from sharedos_redis.kernel.contracts import AccessContext, JsonValue, ToolCall
 from sharedos_redis.kernel.scripted import ScriptedRuntime
 from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
 from sharedos_redis.store.client import RedisSettings, create_redis
+from sharedos_redis.worker import current_call
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
 
@@ -35,6 +40,20 @@ def signals_key(ns: str) -> str:
 
 def release_key(ns: str) -> str:
     return f"test:{ns}:release"
+
+
+def payments_key(ns: str) -> str:
+    """A hash: ``runs`` (handler runs), ``paid`` (side effects after deduplication)."""
+    return f"test:{ns}:payments"
+
+
+def _block_until_released(ns: str) -> None:
+    """Block this process's event loop until the test releases it (at most 60 s)."""
+    client = sync_redis.Redis.from_url(os.environ["SHAREDOS_REDIS_URL"])
+    try:
+        client.blpop([release_key(ns)], timeout=60)
+    finally:
+        client.close()
 
 
 def build(redis: Redis, ns: str, *, url: str | None = None,
@@ -53,6 +72,11 @@ def build(redis: Redis, ns: str, *, url: str | None = None,
         if mode in ("block", "write-block") and turn.attempt == 1:
             await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
             await redis.blpop([release_key(ns)], timeout=0)
+        if mode == "stall":
+            answer["paid"] = (await host.call("notes.pay", {})).status
+            if turn.attempt == 1:
+                await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
+                _block_until_released(ns)  # no await after this: the answer is settled at once
         if mode == "slow":
             await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
             await anyio.sleep(float(payload.get("seconds", 3)))
@@ -75,6 +99,17 @@ def build(redis: Redis, ns: str, *, url: str | None = None,
     write = tool("notes.write", "notes", ("alice",), action="write").model_copy(
         update={"read_write": "write"})
     host.register_tool(write, read_file_handler)
+
+    async def pay(context: AccessContext, call: ToolCall) -> JsonValue:
+        scope = current_call()
+        assert scope is not None
+        await redis.hincrby(payments_key(ns), "runs", 1)
+        if await redis.set(f"test:{ns}:paid:{scope.idempotency_key}", scope.attempt or 0,
+                           nx=True):
+            await redis.hincrby(payments_key(ns), "paid", 1)
+        return {"key": scope.idempotency_key}
+
+    host.register_tool(write.model_copy(update={"name": "notes.pay"}), pay)
     return host
 
 

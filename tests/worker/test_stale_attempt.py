@@ -1,0 +1,110 @@
+"""A live worker whose runtime blocks its event loop past ``lease_s`` (issue 12 done-when):
+with real Redis and two real ``sharedos-redis worker`` processes, the reconciler hands
+the turn to the other worker (attempt 2); when the stale attempt 1 wakes up its
+settlement is refused ``turn_lease_lost`` (audited), the requester gets exactly one
+reply (attempt 2's), and the payment tool's side effect happens once: both attempts ran
+the handler, which deduplicated on the call's idempotency key (the same in every
+attempt)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from sharedos_redis.store.audit import RedisAuditSink
+from sharedos_redis.store.keys import Keys
+
+from ..servers import RedisServer, ServerPool
+from ..support import eventually
+from . import proc_app
+from .helpers import grant, invoke_grant, put, send_grant
+from .test_deployment import Worker
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+async def server(servers: ServerPool) -> RedisServer:
+    return await servers.redis()
+
+
+@pytest.fixture
+async def client(server: RedisServer) -> AsyncIterator[Redis]:
+    redis = Redis.from_url(server.url)
+    yield redis
+    await redis.aclose()
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path, server: RedisServer) -> Iterator[Callable[[str], list[Worker]]]:
+    started: list[Worker] = []
+
+    def start(ns: str) -> list[Worker]:
+        started.extend(Worker(server.url, ns, tmp_path / f"worker-{i}.log") for i in range(2))
+        return started
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+async def test_a_blocked_live_attempt_is_fenced_and_the_effect_happens_once(
+        server: RedisServer, client: Redis, two_workers: Callable[[str], list[Worker]]) -> None:
+    ns = f"stale-{uuid.uuid4().hex[:8]}"
+    host = proc_app.build(client, ns, url=server.url, bob_mode="stall", lease_s=1,
+                          request_timeout_s=20, turn_timeout_s=15)
+    await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
+              invoke_grant(ns, "alice"), grant(ns, "alice", "files", ("alice",), "read"),
+              grant(ns, "alice", "notes", ("alice",), "write"))
+    workers = two_workers(ns)
+    async with host:
+        async with anyio.create_task_group() as tg:
+            results: list[object] = []
+
+            async def ask() -> None:
+                with anyio.fail_after(30):
+                    results.append(await host.start_turn("bob", {}, purpose="atlas-status"))
+
+            tg.start_soon(ask)
+            popped = await client.blpop([proc_app.signals_key(ns)], timeout=20)
+            assert popped == (proc_app.signals_key(ns).encode(), b"started:1")
+        # attempt 1's worker is still blocked: the reply is attempt 2's, from the other one
+        [result] = results
+        assert result.status == "succeeded", result  # type: ignore[attr-defined]
+        output = result.output  # type: ignore[attr-defined]
+        assert output["status"] == "succeeded" and output["output"]["attempt"] == 2, output
+        request_id = output["output"]["message_id"]
+        await client.lpush(proc_app.release_key(ns), "go")  # attempt 1 wakes and settles
+
+        def stale_lines() -> list[str]:
+            return [line for worker in workers for line in worker.turn_lines()
+                    if "attempt=1 " in line]
+
+        async def stale_ended() -> bool:
+            return bool(stale_lines())
+
+        await eventually(stale_ended, timeout_s=20)
+    assert "outcome=turn_lease_lost" in stale_lines()[0], stale_lines()
+    audit = [event for _, event in await RedisAuditSink(client).read(ns)]
+    [refused] = [e for e in audit if e.type == "reply.refused"]
+    assert (refused.reason, refused.cause, refused.message_id) == (
+        "turn_lease_lost", "replied", request_id)
+    # exactly one reply: one settlement of alice's request, by attempt 2
+    settled = [fields for _, fields in await client.xrange(Keys(ns).settled)
+               if fields[b"id"].decode() == request_id]
+    assert settled == [{b"id": request_id.encode(), b"state": b"replied"}]
+    assert await client.hget(Keys(ns).message(request_id), "attempts") == b"2"
+    # the payment ran in both attempts under one key; its side effect happened once
+    assert await client.hgetall(proc_app.payments_key(ns)) == {b"runs": b"2", b"paid": b"1"}
+    # each attempt ran as its own turn: two turn ids, attempt 2's records name its own
+    turn_ids = {e.metadata["turnId"] for e in audit
+                if e.type == "turn.admitted" and e.receiver is not None
+                and e.receiver.id == "alice" and e.metadata}
+    assert len(turn_ids) == 2
+    for worker in workers:
+        assert "Traceback" not in worker.text(), worker.text()
