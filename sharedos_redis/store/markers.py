@@ -7,8 +7,9 @@ entry ``{id, state[, result]}`` to ``Keys.settled`` (the reply listener wakes it
 waiter from it; ``result`` is a failure code, a reply is stored only in the marker)
 and one audit record to ``Keys.audit`` in the same script. Time inside the scripts
 is the Redis server's ``TIME`` so every process agrees on deadlines and leases (a
-``clock_ms`` can replace it in tests). Owns no key format (``keys.py`` does); imports
-no arq.
+``clock_ms`` can replace it in tests). A turn's own settlement carries its attempt as a
+fencing token: refused (``turn_lease_lost``, audited) inside the script unless that
+attempt still runs the request. Owns no key format (``keys.py`` does); imports no arq.
 
 Index hygiene: every index read here and every transition that finds a record gone
 (expired or evicted while open) hands its id to :meth:`MarkerStore.forget`, so no id

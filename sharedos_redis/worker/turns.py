@@ -4,7 +4,10 @@ Claims the turn lease on the marker, builds the recipient's own context (the
 requester's grants are never loaded), runs the turn through the kernel's
 TurnExecutor while renewing the lease, and settles the request: a succeeded
 turn's output becomes a host-authored reply; any other ending settles a typed
-failure at once so the requester does not wait for its deadline.
+failure at once so the requester does not wait for its deadline. Each attempt runs
+as its own turn (a fresh turn id) and its settlement carries the attempt as fencing
+token: a stale attempt's is refused ``turn_lease_lost``. A renewal that wakes late
+(the loop was blocked) is logged as a WARNING.
 """
 
 from __future__ import annotations
@@ -217,13 +220,8 @@ class TurnRunner:
             await anyio.sleep(period)
             late_s = time.monotonic() - slept - period
             if late_s > max(_LATE_S, period / 2):
-                log.warning(
-                    "turn %s/%s attempt %d: lease renewal woke %.1fs late (the event loop "
-                    "was blocked)%s", host.namespace, message_id, attempt, late_s,
-                    "; the lease may have expired, checking" if time.monotonic() - renewed
-                    >= s.lease_s else "", extra={"lease_late": {
-                        "namespace": host.namespace, "message_id": message_id,
-                        "attempt": attempt, "late_s": round(late_s, 3)}})
+                self._warn_late(message_id, attempt, late_s,
+                                expired=time.monotonic() - renewed >= s.lease_s)
             try:
                 ok = await host.markers.renew_lease(
                     host.namespace, message_id, lease_ms=int(s.lease_s * 1000), attempt=attempt)
@@ -240,6 +238,16 @@ class TurnRunner:
                             "stopping it", host.namespace, message_id, attempt)
                 return False
             renewed = time.monotonic()
+
+    def _warn_late(self, message_id: str, attempt: int, late_s: float, *,
+                   expired: bool) -> None:
+        """The watchdog's WARNING: the renewal of this turn's lease woke ``late_s`` late."""
+        namespace = self.host.namespace
+        log.warning("turn %s/%s attempt %d: lease renewal woke %.1fs late (the event loop "
+                    "was blocked)%s", namespace, message_id, attempt, late_s,
+                    "; the lease may have expired, checking" if expired else "",
+                    extra={"lease_late": {"namespace": namespace, "message_id": message_id,
+                                          "attempt": attempt, "late_s": round(late_s, 3)}})
 
     async def _hand_back(self, message_id: str, attempt: int, active: _Active) -> str:
         """A drain stopped this turn: run it again elsewhere if that repeats no effect,
