@@ -68,6 +68,7 @@ class _Active:
     """A turn this runner is running: how to stop it and what it has caused."""
 
     agent: str
+    turn_id: str = field(default_factory=new_id)  # this attempt's own identity (ADR 0027)
     effects: TurnEffects = field(default_factory=TurnEffects)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     handing_back: bool = False
@@ -153,10 +154,11 @@ class TurnRunner:
             self.outcomes[outcome] += 1
             self._wake_drain()
             log.info("turn namespace=%s agent=%s message=%s attempt=%d outcome=%s "
-                     "duration_ms=%d", namespace, receiver.id, message_id, claim.attempt,
-                     outcome, (time.monotonic() - started) * 1000, extra={"turn": {
+                     "duration_ms=%d turn_id=%s", namespace, receiver.id, message_id,
+                     claim.attempt, outcome, (time.monotonic() - started) * 1000,
+                     active.turn_id, extra={"turn": {
                          "namespace": namespace, "agent": receiver.id, "message_id": message_id,
-                         "attempt": claim.attempt, "outcome": outcome,
+                         "attempt": claim.attempt, "outcome": outcome, "turn_id": active.turn_id,
                          "duration_ms": round((time.monotonic() - started) * 1000, 1)}})
 
     async def _run_claimed(self, claim: TurnClaim, request: MessageEnvelope,
@@ -196,7 +198,8 @@ class TurnRunner:
                 tg.start_soon(renew)
                 # a fresh turn identity per attempt (ADR 0027): its own grant snapshot,
                 # named by its audit records; the attempt fences what it causes
-                scope = TurnScope(self.host.namespace, request.id, claim.attempt)
+                scope = TurnScope(self.host.namespace, request.id, claim.attempt,
+                                  turn_id=active.turn_id)
                 with deadline_scope(claim.deadline_ms), turn_scope(scope):
                     result = await host.execute(active.agent, execution, attempt=claim.attempt,
                                                 turn_id=scope.turn_id)

@@ -101,10 +101,12 @@ async def test_a_blocked_live_attempt_is_fenced_and_the_effect_happens_once(
     assert await client.hget(Keys(ns).message(request_id), "attempts") == b"2"
     # the payment ran in both attempts under one key; its side effect happened once
     assert await client.hgetall(proc_app.payments_key(ns)) == {b"runs": b"2", b"paid": b"1"}
-    # each attempt ran as its own turn: two turn ids, attempt 2's records name its own
+    # each attempt ran as its own turn: two turn ids, in the audit and the turn log lines
     turn_ids = {e.metadata["turnId"] for e in audit
                 if e.type == "turn.admitted" and e.receiver is not None
                 and e.receiver.id == "alice" and e.metadata}
-    assert len(turn_ids) == 2
+    logged = {line.rsplit("turn_id=", 1)[1] for worker in workers
+              for line in worker.turn_lines() if "agent=alice" in line}
+    assert len(turn_ids) == 2 and logged == turn_ids  # the log line names the audit's turn
     for worker in workers:
         assert "Traceback" not in worker.text(), worker.text()
