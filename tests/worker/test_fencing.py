@@ -19,9 +19,11 @@ from redis.asyncio import Redis
 from sharedos_redis.kernel.contracts import (
     AccessContext,
     JsonValue,
+    MessageEnvelope,
     ToolCall,
     ToolDenied,
     ToolFailed,
+    agent,
     format_timestamp,
 )
 from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
@@ -31,6 +33,7 @@ from sharedos_redis.transport.turn_scope import TurnScope, tool_key, turn_scope
 from sharedos_redis.worker import ToolCallScope, current_call
 from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
+from sharedos_redis.worker.turns import TurnRunner
 
 from .helpers import answer, ask, drop_namespace, grant, invoke_grant, make_host, put, send_grant
 from .helpers import tool as make_tool
@@ -147,3 +150,30 @@ async def test_the_watchdog_warns_when_renewal_wakes_late_and_the_turn_goes_on(
     assert late.levelno == logging.WARNING and "attempt 1" in message and ns in message
     assert "the lease may have expired" in message
     assert late.lease_late["late_s"] >= 1.0 - lease_s / 3  # type: ignore[attr-defined]
+
+
+async def test_a_late_renewal_that_finds_another_attempt_stops_the_turn(
+        redis: Redis, ns: str, cleanup: None, caplog: pytest.LogCaptureFixture) -> None:
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        # another worker re-claims the request meanwhile (attempt 2) ...
+        await redis.hset(Keys(ns).message(turn.message.id), "attempts", "2")
+        time.sleep(1.0)  # noqa: ASYNC251  # ... while this one blocks its loop past the lease
+        await anyio.Event().wait()  # only the watchdog's verdict ends this turn
+        return None
+
+    host = make_host(redis, ns, {"alice": alice, "bob": answer(None)}, lease_s=0.6)
+    await put(host, invoke_grant(ns, "alice"))
+    context = host.context_for("bob", purpose="p", trace_id=f"t-{ns}")
+    request = MessageEnvelope(id=f"m-{ns}", sender=agent("bob"), receiver=agent("alice"),
+                              purpose="p", payload={}, trace_id=context.trace_id,
+                              created_at=format_timestamp())
+    assert (await host.transport.deliver(context, request)).status == "accepted"
+    with anyio.fail_after(10):
+        outcome = await TurnRunner(host, worker="w1").run(ns, request.id)
+    assert outcome == "lease_lost"
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("attempt 1: lease renewal woke" in m and "may have expired" in m
+               for m in messages), messages
+    assert any("attempt 1 lost its lease to another attempt" in m for m in messages), messages
+    assert await redis.xlen(Keys(ns).settled) == 0  # nothing settled by the stale attempt
+    assert await redis.hget(Keys(ns).message(request.id), "state") == b"running"
