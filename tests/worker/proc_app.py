@@ -49,7 +49,13 @@ def payments_key(ns: str) -> str:
 
 def _block_until_released(ns: str) -> None:
     """Block this process's event loop until the test releases it (at most 60 s)."""
-    client = sync_redis.Redis.from_url(os.environ["SHAREDOS_REDIS_URL"])
+    url = os.environ["SHAREDOS_REDIS_URL"]
+    client: sync_redis.Redis | sync_redis.RedisCluster
+    if url.startswith("redis+cluster://"):  # any one node reaches the whole cluster
+        client = sync_redis.RedisCluster.from_url(
+            "redis://" + url.removeprefix("redis+cluster://").split(",")[0])
+    else:
+        client = sync_redis.Redis.from_url(url)
     try:
         client.blpop([release_key(ns)], timeout=60)
     finally:

@@ -4,12 +4,11 @@ the turn to the other worker (attempt 2); when the stale attempt 1 wakes up its
 settlement is refused ``turn_lease_lost`` (audited), the requester gets exactly one
 reply (attempt 2's), and the payment tool's side effect happens once: both attempts ran
 the handler, which deduplicated on the call's idempotency key (the same in every
-attempt)."""
+attempt). On a private server (arq worker) and on the local cluster (stream worker)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -22,6 +21,7 @@ from sharedos_redis.store.keys import Keys
 from ..servers import RedisServer, ServerPool
 from ..support import eventually
 from . import proc_app
+from .conftest import Target
 from .helpers import grant, invoke_grant, put, send_grant
 from .test_deployment import Worker
 
@@ -30,22 +30,16 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 @pytest.fixture
 async def server(servers: ServerPool) -> RedisServer:
+    """The private server the ``single`` target deploys on."""
     return await servers.redis()
 
 
 @pytest.fixture
-async def client(server: RedisServer) -> AsyncIterator[Redis]:
-    redis = Redis.from_url(server.url)
-    yield redis
-    await redis.aclose()
-
-
-@pytest.fixture
-def two_workers(tmp_path: Path, server: RedisServer) -> Iterator[Callable[[str], list[Worker]]]:
+def two_workers(tmp_path: Path, target: Target) -> Iterator[Callable[[str], list[Worker]]]:
     started: list[Worker] = []
 
     def start(ns: str) -> list[Worker]:
-        started.extend(Worker(server.url, ns, tmp_path / f"worker-{i}.log") for i in range(2))
+        started.extend(Worker(target.url, ns, tmp_path / f"worker-{i}.log") for i in range(2))
         return started
 
     yield start
@@ -54,9 +48,11 @@ def two_workers(tmp_path: Path, server: RedisServer) -> Iterator[Callable[[str],
 
 
 async def test_a_blocked_live_attempt_is_fenced_and_the_effect_happens_once(
-        server: RedisServer, client: Redis, two_workers: Callable[[str], list[Worker]]) -> None:
-    ns = f"stale-{uuid.uuid4().hex[:8]}"
-    host = proc_app.build(client, ns, url=server.url, bob_mode="stall", lease_s=1,
+        target: Target, app_client: Redis,
+        two_workers: Callable[[str], list[Worker]]) -> None:
+    client = app_client
+    [ns] = target.namespaces(1)
+    host = proc_app.build(client, ns, url=target.url, bob_mode="stall", lease_s=1,
                           request_timeout_s=20, turn_timeout_s=15)
     await put(host, send_grant(ns, "bob", "alice"), invoke_grant(ns, "bob"),
               invoke_grant(ns, "alice"), grant(ns, "alice", "files", ("alice",), "read"),
