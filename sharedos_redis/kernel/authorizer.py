@@ -75,10 +75,10 @@ from .ports import (
 )
 from .usage import UseReservation
 
+__all__ = ["CapabilityAuthorizer"]
+
 _TURN = ("turn", None, None)
 """The snapshot entry naming the turn a snapshot belongs to (see ``snapshot``)."""
-
-__all__ = ["CapabilityAuthorizer"]
 
 
 

@@ -208,7 +208,9 @@ class MessagingHost:
         Raises:
             ConfigurationError: the name is taken or reserved.
         """
-        handler = fenced_handler(tracked_handler(definition, handler), self.markers.holds_lease)
+        # the markers are looked up per call: tests may swap the store after registration
+        handler = fenced_handler(tracked_handler(definition, handler),
+                                 lambda ns, mid, n: self.markers.holds_lease(ns, mid, n))
         self.kernel.register_tool(definition, handler, resolve=resolve)
         self._tools.append(_Tool(definition, handler))
 
