@@ -45,11 +45,12 @@ async def test_a_stale_attempts_reply_is_refused_and_audited(redis: Redis, ns: s
     assert late == Settlement(False, "turn_lease_lost", "replied", "replied")
     assert b'"by":2' in await redis.hget(Keys(ns).message("m-1"), "reply")
     assert not await markers.holds_lease(ns, "m-1", 2)
-    refused = [(e.type, e.reason, e.cause, e.message_id, e.actor.id)
+    refused = [(e.type, e.reason, e.cause, e.message_id, e.actor.id, e.metadata)
                for e in await audit(redis, ns) if e.type == "reply.refused"]
     # attributed to the stored requester context, like every settlement record
-    assert refused == [("reply.refused", "turn_lease_lost", "attempt", "m-1", "bob"),
-                       ("reply.refused", "turn_lease_lost", "replied", "m-1", "bob")]
+    fence = {"attempt": 1, "currentAttempt": 2}
+    assert refused == [("reply.refused", "turn_lease_lost", "attempt", "m-1", "bob", fence),
+                       ("reply.refused", "turn_lease_lost", "replied", "m-1", "bob", fence)]
 
 
 async def test_a_stale_attempts_failure_is_refused_and_an_unfenced_one_settles(
@@ -65,10 +66,11 @@ async def test_a_stale_attempts_failure_is_refused_and_an_unfenced_one_settles(
     assert cancel == Settlement(True, "settled", "cancelled")
     assert await settled_entries(redis, ns) == [
         {"id": "m-1", "state": "cancelled", "result": "request_cancelled"}]
-    types = [(e.type, e.reason, e.cause) for e in await audit(redis, ns)
+    types = [(e.type, e.reason, e.cause, e.metadata) for e in await audit(redis, ns)
              if e.type != "turn.started"]
-    assert types == [("reply.refused", "turn_lease_lost", "attempt"),
-                     ("request.cancelled", "request_cancelled", None)]
+    assert types == [("reply.refused", "turn_lease_lost", "attempt",
+                      {"attempt": 1, "currentAttempt": 2}),
+                     ("request.cancelled", "request_cancelled", None, None)]
 
 
 async def test_a_fenced_settle_of_a_request_not_running_is_refused(

@@ -72,6 +72,11 @@ local function lease_lost(state, attempts, token)
   return nil
 end
 
+-- fence_metadata(token, attempts): the stale and the current attempt, for the refusal record.
+local function fence_metadata(token, attempts)
+  return {attempt = tonumber(token), currentAttempt = tonumber(attempts or '0')}
+end
+
 -- refuse(audit, maxlen, ctx_json, fallback_json, fields): one refusal record attributed to
 -- the stored context, or to ``fallback_json`` when none is readable (records never drop).
 local function refuse(audit, maxlen, ctx_json, fallback_json, fields)

@@ -7,7 +7,7 @@
 -- nothing changes: terminal states never change.
 -- Fenced (ARGV[11] an attempt): refused first, turn_lease_lost, unless the marker is
 -- running under that attempt; that refusal is audited (reply.refused, cause: the state
--- or 'attempt'; ADR 0023), nothing else changes.
+-- or 'attempt', metadata {attempt, currentAttempt}; ADR 0023), nothing else changes.
 -- Time is the Redis server's TIME unless ARGV[4] overrides it (tests).
 -- KEYS[1] marker hash  sos:{ns}:msg:<id>   KEYS[2] open zset  sos:{ns}:open
 -- KEYS[3] leases zset  sos:{ns}:leases     KEYS[4] settled stream sos:{ns}:settled
@@ -31,7 +31,7 @@ local lost = lease_lost(state, m[3], ARGV[11])
 if lost then
   refuse(KEYS[5], ARGV[7], m[2], ARGV[12], {id = ARGV[9], type = 'reply.refused',
     outcome = 'denied', at = ARGV[10], messageId = ARGV[1], reason = 'turn_lease_lost',
-    cause = lost})
+    cause = lost, metadata = fence_metadata(ARGV[11], m[3])})
   return {0, 'turn_lease_lost', state, lost}
 end
 if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then

@@ -8,7 +8,8 @@
 -- audit record (reason + cause).
 -- Fenced (ARGV[14] an attempt): refused first, turn_lease_lost, unless the marker is
 -- running under that very attempt (cause: the state, or 'attempt' when another attempt
--- runs it); the stale attempt's refusal is audited like any other (ADR 0023).
+-- runs it; metadata {attempt, currentAttempt}); the stale attempt's refusal is audited
+-- like any other (ADR 0023).
 -- Time is the Redis server's TIME unless ARGV[7] overrides it (tests).
 -- KEYS[1] marker hash  sos:{ns}:msg:<replyTo>  KEYS[2] open zset  sos:{ns}:open
 -- KEYS[3] leases zset  sos:{ns}:leases         KEYS[4] settled stream sos:{ns}:settled
@@ -22,9 +23,10 @@
 -- ARGV[14] the settling turn's attempt (fencing token) or "" (unfenced)
 -- ARGV[15..] queued audit records (wire JSON) written first, whatever the outcome
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
-local function audit(ctx_json, etype, outcome, reason, cause)
+local function audit(ctx_json, etype, outcome, reason, cause, metadata)
   refuse(KEYS[5], ARGV[10], ctx_json, ARGV[13], {id = ARGV[11], type = etype,
-    outcome = outcome, at = ARGV[12], messageId = ARGV[1], reason = reason, cause = cause})
+    outcome = outcome, at = ARGV[12], messageId = ARGV[1], reason = reason, cause = cause,
+    metadata = metadata})
 end
 
 carry(KEYS[5], ARGV[10], 15)
@@ -37,7 +39,8 @@ if not state then
 end
 local lost = lease_lost(state, m[7], ARGV[14])
 if lost then
-  audit(m[6], 'reply.refused', 'denied', 'turn_lease_lost', lost)
+  audit(m[6], 'reply.refused', 'denied', 'turn_lease_lost', lost,
+    fence_metadata(ARGV[14], m[7]))
   return {0, 'turn_lease_lost', state, lost}
 end
 if state ~= 'accepted' and state ~= 'dispatched' and state ~= 'running' then
