@@ -252,7 +252,8 @@ class MarkerStore:
 
         Refusals (audited as ``reply.refused``, nothing else changes):
         ``unknown_request``; ``turn_lease_lost`` (``attempt`` given and the request is
-        not running under it: cause = its state, or ``attempt``); ``request_closed``
+        not running under it: cause ``attempt`` when another attempt claimed it since,
+        else the state it left ``running`` for); ``request_closed``
         (cause = the terminal state); ``reply_mismatch`` (cause ``reply_to`` |
         ``sender`` | ``receiver`` | ``purpose`` | ``trace_id``). A payload over
         ``max_reply_bytes`` is not stored: the open request fails ``reply_too_large``

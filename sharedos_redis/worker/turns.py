@@ -35,7 +35,7 @@ from ..kernel.contracts import (
 )
 from ..kernel.ids import new_id
 from ..observability import telemetry
-from ..store.markers import TurnClaim
+from ..store.markers import Settlement, TurnClaim
 from ..transport.deadlines import deadline_scope
 from ..transport.turn_scope import TurnScope, turn_scope
 from .effects import TurnEffects, tracking
@@ -56,6 +56,11 @@ _FAILURE_CODES: Final = {
 
 _LATE_S: Final = 0.25
 """A renewal waking later than this (and than half its period) is logged as late."""
+
+
+def _taken_over(settlement: Settlement) -> bool:
+    """A fenced settlement refused because another attempt claimed the request since."""
+    return settlement.code == "turn_lease_lost" and settlement.cause == "attempt"
 
 
 def failure_code(result: ExecutionResult) -> str:
@@ -315,19 +320,21 @@ class TurnRunner:
                 purpose=request.purpose, payload=result.output, trace_id=request.trace_id,
                 created_at=format_timestamp(), reply_to=request.id)
             settlement = await markers.settle_reply(namespace, reply, attempt=attempt)
-            if settlement.code == "turn_lease_lost":
-                log.warning("turn %s/%s attempt %d: reply refused, another attempt runs the "
-                            "request or it ended (turn_lease_lost)", namespace, request.id,
-                            attempt)
-            elif not settlement.settled:
-                log.info("reply to %s refused: %s", request.id, settlement.code)
-            return "replied" if settlement.settled else settlement.code
+            if settlement.settled:
+                return "replied"
+            if _taken_over(settlement):
+                log.warning("turn %s/%s attempt %d: reply refused, another attempt claimed "
+                            "the request (turn_lease_lost)", namespace, request.id, attempt)
+                return "turn_lease_lost"
+            log.info("reply to %s refused: %s", request.id, settlement.code)
+            # a fenced refusal because the request ended under this attempt: it closed
+            return "request_closed" if settlement.code == "turn_lease_lost" else settlement.code
         assert isinstance(result, ExecutionDenied | ExecutionFailed | ExecutionCancelled
                           | ExecutionEscalated)
         code = failure_code(result)
         settlement = await markers.settle_failure(namespace, request.id, state="failed",
                                                   code=code, attempt=attempt)
-        return settlement.code if settlement.code == "turn_lease_lost" else code
+        return "turn_lease_lost" if _taken_over(settlement) else code
 
     async def run_in_slot(self, namespace: str, message_id: str, slot: TurnSlot) -> str:
         """Run a woken turn in ``slot`` (given back while it waits for nested replies),

@@ -42,7 +42,7 @@ async def test_a_stale_attempts_reply_is_refused_and_audited(redis: Redis, ns: s
     live = await markers.settle_reply(ns, make_reply(request, payload={"by": 2}), attempt=2)
     assert live == Settlement(True, "settled", "replied")
     late = await markers.settle_reply(ns, make_reply(request, payload={"by": 1}), attempt=1)
-    assert late == Settlement(False, "turn_lease_lost", "replied", "replied")
+    assert late == Settlement(False, "turn_lease_lost", "replied", "attempt")
     assert b'"by":2' in await redis.hget(Keys(ns).message("m-1"), "reply")
     assert not await markers.holds_lease(ns, "m-1", 2)
     refused = [(e.type, e.reason, e.cause, e.message_id, e.actor.id, e.metadata)
@@ -50,7 +50,7 @@ async def test_a_stale_attempts_reply_is_refused_and_audited(redis: Redis, ns: s
     # attributed to the stored requester context, like every settlement record
     fence = {"attempt": 1, "currentAttempt": 2}
     assert refused == [("reply.refused", "turn_lease_lost", "attempt", "m-1", "bob", fence),
-                       ("reply.refused", "turn_lease_lost", "replied", "m-1", "bob", fence)]
+                       ("reply.refused", "turn_lease_lost", "attempt", "m-1", "bob", fence)]
 
 
 async def test_a_stale_attempts_failure_is_refused_and_an_unfenced_one_settles(
@@ -86,6 +86,17 @@ async def test_a_fenced_settle_of_a_request_not_running_is_refused(
     missing = await markers.settle_failure(ns, "m-404", state="failed", code="x", attempt=1)
     assert missing.code == "unknown_request"  # nothing to fence: nothing recorded either
     assert [e.cause for e in await audit(redis, ns)] == ["accepted", "accepted"]
+
+
+async def test_a_request_that_ended_under_the_attempt_names_its_state(
+        redis: Redis, ns: str) -> None:
+    request = await open_marker(redis, ns)
+    markers = MarkerStore(redis)
+    await markers.claim_turn(ns, "m-1", lease_ms=5000, max_attempts=3, worker="w1")
+    assert (await markers.settle_failure(ns, "m-1", state="cancelled",
+                                         code="request_cancelled")).settled
+    refused = await markers.settle_reply(ns, make_reply(request), attempt=1)
+    assert refused == Settlement(False, "turn_lease_lost", "cancelled", "cancelled")
 
 
 async def test_the_lease_holder_settles_even_after_its_lease_expired_unclaimed(

@@ -89,7 +89,8 @@ async def test_a_blocked_live_attempt_is_fenced_and_the_effect_happens_once(
     audit = [event for _, event in await RedisAuditSink(client).read(ns)]
     [refused] = [e for e in audit if e.type == "reply.refused"]
     assert (refused.reason, refused.cause, refused.message_id) == (
-        "turn_lease_lost", "replied", request_id)
+        "turn_lease_lost", "attempt", request_id)
+    assert refused.metadata == {"attempt": 1, "currentAttempt": 2}
     # exactly one reply: one settlement of alice's request, by attempt 2
     settled = [fields for _, fields in await client.xrange(Keys(ns).settled)
                if fields[b"id"].decode() == request_id]

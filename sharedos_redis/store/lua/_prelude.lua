@@ -64,11 +64,12 @@ end
 -- lease_lost(state, attempts, token): why attempt ``token`` no longer holds the turn
 -- lease (the fencing check of a turn's own effects), or nil when it does or when
 -- ``token`` is "" (an unfenced caller: router cancel, reconciler, dead-lettering).
--- The cause is the state when the request is no longer running, else 'attempt'.
+-- The cause is 'attempt' when another attempt has claimed the request since, else the
+-- state it left 'running' for under this attempt (cancelled, timed_out, dispatched...).
 local function lease_lost(state, attempts, token)
   if token == nil or token == '' then return nil end
-  if state ~= 'running' then return state end
-  if attempts ~= token then return 'attempt' end
+  if tonumber(attempts or '0') > tonumber(token) then return 'attempt' end
+  if state ~= 'running' or attempts ~= token then return state end
   return nil
 end
 

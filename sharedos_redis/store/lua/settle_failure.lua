@@ -6,8 +6,8 @@
 -- A terminal or missing marker is refused (request_closed / unknown_request) and
 -- nothing changes: terminal states never change.
 -- Fenced (ARGV[11] an attempt): refused first, turn_lease_lost, unless the marker is
--- running under that attempt; that refusal is audited (reply.refused, cause: the state
--- or 'attempt', metadata {attempt, currentAttempt}; ADR 0023), nothing else changes.
+-- running under that attempt; that refusal is audited (reply.refused, cause 'attempt' or
+-- the state, metadata {attempt, currentAttempt}; ADR 0023), nothing else changes.
 -- Time is the Redis server's TIME unless ARGV[4] overrides it (tests).
 -- KEYS[1] marker hash  sos:{ns}:msg:<id>   KEYS[2] open zset  sos:{ns}:open
 -- KEYS[3] leases zset  sos:{ns}:leases     KEYS[4] settled stream sos:{ns}:settled

@@ -7,8 +7,8 @@
 -- reply.settled audit record. A refusal changes nothing but one reply.refused
 -- audit record (reason + cause).
 -- Fenced (ARGV[14] an attempt): refused first, turn_lease_lost, unless the marker is
--- running under that very attempt (cause: the state, or 'attempt' when another attempt
--- runs it; metadata {attempt, currentAttempt}); the stale attempt's refusal is audited
+-- running under that very attempt (cause 'attempt' when another attempt claimed it since,
+-- else the state; metadata {attempt, currentAttempt}); the stale attempt's refusal is audited
 -- like any other (ADR 0023).
 -- Time is the Redis server's TIME unless ARGV[7] overrides it (tests).
 -- KEYS[1] marker hash  sos:{ns}:msg:<replyTo>  KEYS[2] open zset  sos:{ns}:open
