@@ -9,7 +9,8 @@ on, when it answers at once; ``"write-block"`` first calls the non-repeatable
 ``seconds`` (the agent's own work, e.g. a 3 s turn for drain tests); ``"stall"`` pays
 once (``notes.pay``, deduplicated on its idempotency key) and then, in attempt 1 only,
 signals and blocks the event loop itself (a synchronous BLPOP on ``release_key``, like
-a runtime calling blocking code) before it answers. TEST_DRAIN_GRACE
+a runtime calling blocking code) before it answers; ``"stall-ask"`` does the same but
+then asks bob (a nested request) before it answers. TEST_DRAIN_GRACE
 sets ``drain_grace_s``. Signals go through Redis lists so tests synchronise
 on BLPOP, never on sleeps.
 """
@@ -78,11 +79,14 @@ def build(redis: Redis, ns: str, *, url: str | None = None,
         if mode in ("block", "write-block") and turn.attempt == 1:
             await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
             await redis.blpop([release_key(ns)], timeout=0)
-        if mode == "stall":
+        if mode in ("stall", "stall-ask"):
             answer["paid"] = (await host.call("notes.pay", {})).status
             if turn.attempt == 1:
                 await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
-                _block_until_released(ns)  # no await after this: the answer is settled at once
+                _block_until_released(ns)  # "stall": no await after this, it settles at once
+                if mode == "stall-ask":  # the stale attempt delegates: a nested request
+                    await host.call("messages.request", {
+                        "recipient": {"kind": "agent", "agentId": "bob"}, "payload": {}})
         if mode == "slow":
             await redis.lpush(signals_key(ns), f"started:{turn.attempt}")
             await anyio.sleep(float(payload.get("seconds", 3)))
