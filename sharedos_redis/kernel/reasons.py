@@ -93,8 +93,6 @@ HostReason = Literal[
     "turn_lease_lost",  # a stale attempt's effect, fenced: another attempt holds the turn
     "replay_conflict",  # a re-issued nested call differs from the one recorded (ADR 0028)
     "replay_attached",  # not a refusal: why a re-issued call's reserved use was given back
-    "replay_interrupted",
-    "replay_unavailable",
     "request_cascade_cancelled",  # an ancestor of the request ended first
     "request_deadlocked",
 ]
