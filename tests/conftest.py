@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.keys import Keys
 
-from .support import Keyspace, scan_keyspace
+from .support import Keyspace, scan_keyspace, serve
 
 # private redis-server fixtures: servers, redis_server, tls_redis_server, sentinel_cluster,
 # local_cluster
@@ -89,6 +89,15 @@ async def keyspace(redis: Redis, ns: str) -> AsyncIterator[Keyspace]:
     leftover = await current()
     if leftover:
         await redis.delete(*leftover)
+
+
+@pytest.fixture
+async def served(redis: Redis, ns: str) -> AsyncIterator[None]:
+    """alice, bob and carol hold a live route lease in ``ns`` (as if a worker served
+    them), for tests that accept requests without running a worker; removed afterwards."""
+    await serve(redis, ns)
+    yield
+    await redis.delete(Keys(ns).agents)
 
 
 @pytest.fixture

@@ -16,9 +16,20 @@ from sharedos_redis.kernel.contracts import (
     agent,
     format_timestamp,
 )
+from sharedos_redis.store.directory import AgentDirectory
 from sharedos_redis.store.keys import encode_id
 
 Keyspace = Callable[[], Awaitable[set[str]]]
+
+
+SERVED_AGENTS = ("alice", "bob", "carol")
+"""The agents :func:`serve` (and the ``served`` fixture) give a route lease by default."""
+
+
+async def serve(redis: Redis, ns: str, *agents: str, lease_s: float = 3600) -> None:
+    """Give ``agents`` (default :data:`SERVED_AGENTS`) a live route lease in ``ns``, as a
+    running worker does: tests that accept requests with no worker running need it."""
+    await AgentDirectory(redis).register(ns, agents or SERVED_AGENTS, lease_s)
 
 
 def make_context(ns: str, actor: Address | None = None, *, trace: str = "trace-1",

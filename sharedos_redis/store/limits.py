@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = ["AUDIT_MAXLEN", "BUDGET_TTL_S", "DEAD_MAXLEN", "DEFAULT_HOPS", "MAX_PAYLOAD_BYTES",
-           "REQUEST_TIMEOUT_S", "RETENTION_S", "SETTLED_MAXLEN"]
+           "REQUEST_TIMEOUT_S", "RETENTION_S", "ROUTE_CHECK", "ROUTE_LEASE_S", "SETTLED_MAXLEN"]
 
 REQUEST_TIMEOUT_S: Final = 60.0
 """How long a request may stay open (its deadline from accept)."""
@@ -28,3 +28,8 @@ SETTLED_MAXLEN: Final = 10_000
 """``MAXLEN ~`` of a namespace's settlement stream."""
 DEAD_MAXLEN: Final = 100_000
 """``MAXLEN ~`` of a namespace's dead-letter stream."""
+ROUTE_LEASE_S: Final = 30.0
+"""How long a worker's entry in the agent directory (its route lease) lasts unrefreshed;
+a running worker refreshes it every third of this."""
+ROUTE_CHECK: Final = True
+"""Whether the accept script refuses a request no live worker serves (the route check)."""

@@ -10,7 +10,7 @@ optional fast path whose failure the relay makes harmless.
 Exact use accounting (ADR 0029): when the request carries a reserved ``maxUses``
 use (``kernel.usage.reserved_use``), a refusal before admission gives it back
 with a ``grant.usage.released`` record in the same script (duplicate, budget,
-fence, replay conflict) or in ``release_grant_use`` (payload too large); an
+fence, replay conflict, route) or in ``release_grant_use`` (payload too large); an
 accepted request commits it.
 
 Nested requests (issue 12): inside a turn (``turn_scope.current_turn``) the accept
@@ -19,6 +19,12 @@ script refuses a stale attempt (``turn_lease_lost``) and lets a re-run turn's sa
 call re-attach to the request its earlier attempt started (``attached``: no second
 accept, hop or use; the receipt says ``replayed``), or refuses a changed call
 (``replay_conflict``).
+
+Route lease (ADR 0025): with ``route_check`` the accept script also refuses a
+recipient that is no agent (``route_not_agent``) or an agent no live worker serves
+(``route_unavailable``, ``store.directory``), before any hop is spent and with the use
+given back. The kernel authorized the send first, so a model only ever meets a route
+code for a recipient its grants reach (else ``no_matching_grant``).
 
 Must not import router/ or worker/.
 """
@@ -63,6 +69,7 @@ from ..store.limits import (
     MAX_PAYLOAD_BYTES,
     REQUEST_TIMEOUT_S,
     RETENTION_S,
+    ROUTE_CHECK,
 )
 from ..store.markers import payload_bytes
 from ..store.scripts import Scripts
@@ -93,6 +100,8 @@ _REFUSALS: Final[dict[str, str]] = {
     "budget_exhausted": "the trace has no hops left",
     "turn_lease_lost": "another attempt holds the requesting turn",
     "replay_conflict": "the re-issued call differs from the one this turn made before",
+    "route_unavailable": "no live worker serves the recipient",
+    "route_not_agent": "the recipient is not an agent",
 }
 """The accept script's refusal codes and what the denied receipt says of them."""
 
@@ -109,6 +118,9 @@ class TransportSettings(BaseModel):
     budget_ttl_s: int = Field(default=BUDGET_TTL_S, gt=0)
     audit_maxlen: int = Field(default=AUDIT_MAXLEN, gt=0)
     accept_timeout_s: float = Field(default=10.0, gt=0)
+    route_check: bool = ROUTE_CHECK
+    """Refuse a request to a non-agent address or an agent no live worker serves (the
+    agent directory, ``store.directory``), atomically with the accept."""
 
 
 def _error(code: ReasonCode, message: str, *, retryable: bool | None = None) -> ProtocolError:
@@ -200,9 +212,10 @@ class RedisStreamTransport:
             nested request ``deadlineMs`` is the stored one and ``replayed`` is true;
             inside a turn also ``parent`` and ``attempt``, the router's fence);
             ``denied`` with ``payload_too_large``, ``duplicate_message``,
-            ``budget_exhausted``, ``turn_lease_lost`` or ``replay_conflict`` (nothing
-            written); ``failed`` with ``message_delivery_failed`` when Redis failed or
-            did not answer within ``accept_timeout_s``.
+            ``budget_exhausted``, ``turn_lease_lost``, ``replay_conflict``,
+            ``route_not_agent`` or ``route_unavailable`` (nothing written); ``failed``
+            with ``message_delivery_failed`` when Redis failed or did not answer within
+            ``accept_timeout_s``.
         """
         now = self._clock()
         stamp = format_timestamp(now)
@@ -280,7 +293,7 @@ class RedisStreamTransport:
             "parent": scope.request_id if scope is not None else "",
             "fp": call_fingerprint(envelope),
             "attempt": str(scope.attempt) if scope is not None else "",
-            "route": "",
+            "route": "1" if s.route_check else "",
         }
         parent_key = keys.message(scope.request_id) if scope is not None else keys.message(
             envelope.id)

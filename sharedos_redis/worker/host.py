@@ -49,6 +49,7 @@ from ..router.router import RedisRequestRouter
 from ..store.audit import RedisAuditSink
 from ..store.budget import TraceBudget
 from ..store.client import RedisSettings, create_redis
+from ..store.directory import AgentDirectory
 from ..store.grants import RedisGrantStore
 from ..store.markers import MarkerStore
 from ..store.policy import RedisHostPolicy
@@ -150,12 +151,13 @@ class MessagingHost:
         self.budget = TraceBudget(self.redis, default_hops=s.default_budget_hops)
         self.transport = RedisStreamTransport(self.redis, settings=TransportSettings(
             request_timeout_s=s.request_timeout_s, default_budget_hops=s.default_budget_hops,
-            retention_s=s.retention_s, audit_maxlen=s.audit_maxlen))
+            retention_s=s.retention_s, audit_maxlen=s.audit_maxlen, route_check=s.route_check))
         self.markers = MarkerStore(
             self.redis, retention_s=s.retention_s, audit_maxlen=s.audit_maxlen,
             max_reply_bytes=s.max_reply_bytes or self.transport.settings.max_payload_bytes,
             audit=self.audit)
         self.router = RedisRequestRouter(self.redis, markers=self.markers)
+        self.directory = AgentDirectory(self.redis)
         self.transport.watch = self.router  # waiters armed before the accept: one read less
         # the kernel reaches the transport and the tool handlers through effect counters:
         # a draining worker may hand back only turns whose effects can safely repeat

@@ -9,7 +9,11 @@ many reconcilers may run at once. One pass:
    script re-runs them with attempt + 1, or dead-letters them at ``max_attempts``;
 4. ``dispatched`` requests whose turn never started (job lost), and ``accepted`` ones
    that lost their outbox entry, are woken again (a sweep of the open index that starts
-   once per ``claim_idle_s`` and reads one slice per pass).
+   once per ``claim_idle_s`` and reads one slice per pass);
+5. with ``route_check``, requests waiting (``accepted``/``dispatched``) for an agent whose
+   route lease expired — no live worker serves it (``store.directory``) — fail
+   ``route_unavailable`` at once instead of at their deadline (one slice of the open
+   index per pass, read only while some agent's lease is expired).
 
 Every step reads at most ``STEP_LIMIT`` index entries per pass, so a pass stays
 bounded however large the indexes are. Ids whose record expired or was evicted
@@ -54,6 +58,7 @@ class Reconciler:
         self._stopped = False
         self._next_stale_scan = 0.0
         self._sweep_start: int | None = None  # where the open-index sweep goes on
+        self._route_start = 0  # where the unrouted scan goes on
 
     async def reconcile_once(self) -> dict[str, int]:
         """One pass; returns how many requests each step touched."""
@@ -70,6 +75,8 @@ class Reconciler:
             counts["rerun"] += 1
         if self._sweep_start is not None or time.monotonic() >= self._next_stale_scan:
             counts["rewoken"] = await self._rewake_stale()
+        if host.settings.route_check:
+            counts["unrouted"] = await self._fail_unrouted()
         telemetry().reconciled(ns, counts)
         return counts
 
@@ -88,6 +95,29 @@ class Reconciler:
         for message_id in page.stale:
             await self.rewake(ns, message_id, "stale")
         return len(page.stale)
+
+    async def _fail_unrouted(self) -> int:
+        """Fail waiting requests to agents no live worker serves (``route_unavailable``).
+
+        A request is only accepted while its recipient's lease is live, so it can only
+        meet a dead one here if every worker serving the agent stopped after the accept:
+        nothing will take it before its deadline (a worker that comes back registers
+        before it wakes anything, and the requests it would have run are already ended).
+        """
+        host, ns = self.host, self.host.namespace
+        dead = await host.directory.dead(ns, horizon_s=2 * host.settings.request_timeout_s)
+        if not dead:
+            self._route_start = 0
+            return 0
+        page = await host.directory.unrouted(ns, dead, start=self._route_start,
+                                             count=STEP_LIMIT)
+        self._route_start = page.next_start or 0
+        failed = 0
+        for message_id in page.ids:
+            settlement = await host.markers.settle_failure(
+                ns, message_id, state="failed", code="route_unavailable")
+            failed += int(settlement.settled)
+        return failed
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Reconcile every ``reconcile_interval_s`` until :meth:`stop`."""

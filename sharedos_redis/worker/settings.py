@@ -12,7 +12,14 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import ConfigurationError
-from ..store.limits import AUDIT_MAXLEN, DEFAULT_HOPS, REQUEST_TIMEOUT_S, RETENTION_S
+from ..store.limits import (
+    AUDIT_MAXLEN,
+    DEFAULT_HOPS,
+    REQUEST_TIMEOUT_S,
+    RETENTION_S,
+    ROUTE_CHECK,
+    ROUTE_LEASE_S,
+)
 
 __all__ = ["HostSettings"]
 
@@ -54,6 +61,15 @@ class HostSettings(BaseModel):
             decision of a running turn (one HMGET per matching grant, SharedOS
             ADR 0027); off, a turn keeps the grants it was admitted with and a
             revocation reaches the next turn.
+        route_lease_s: how long a worker's route lease on the agents it serves (the
+            agent directory, ``store.directory``) lasts; a running worker refreshes it
+            every third of this. After a worker stops, its agents are unserved (unless
+            another worker serves them) this long at most.
+        route_check: the accept script refuses a request to a non-agent address
+            (``route_not_agent``) or to an agent with no live route lease
+            (``route_unavailable``), spending no hop and no use, and the reconciler fails
+            open requests to such an agent early. Off: such a request is accepted and
+            waits for a worker until its deadline.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -75,6 +91,8 @@ class HostSettings(BaseModel):
     live_revocation: bool = True
     max_reply_bytes: int | None = Field(None, gt=0)
     host_ceiling: bool = False
+    route_lease_s: float = Field(ROUTE_LEASE_S, gt=0)
+    route_check: bool = ROUTE_CHECK
 
     @model_validator(mode="after")
     def _deadline_tree(self) -> Self:

@@ -21,6 +21,7 @@ from tests.worker.helpers import drop_namespace
 
 from . import fault_app
 from .inspect_ns import keyspace, message_ids, states
+from ..support import serve
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +48,7 @@ async def test_lookalike_namespaces_and_ids_never_cross(redis: Redis,
                                                         namespaces: list[str]) -> None:
     hosts = {name: fault_app.build(redis, name) for name in namespaces}
     for name, host in hosts.items():
+        await serve(redis, name, "alice")  # its route lease, as if a worker served it
         context = host.context_for(fault_app.REQUESTER, purpose=fault_app.PURPOSE, trace_id="t}")
         for mid in IDS:
             receipt = await host.transport.deliver(context, _envelope(mid))

@@ -29,7 +29,7 @@ from tests.worker.helpers import drop_namespace
 from . import fault_app
 from .requester import ask
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 
 @pytest.fixture

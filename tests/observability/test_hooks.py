@@ -50,6 +50,7 @@ def _host(redis: Redis, ns: str) -> Any:
                                  "alice": answer({"status": "green"})})
 
 
+@pytest.mark.usefixtures("served")  # no worker runs
 async def test_without_otel_nothing_is_instrumented_or_stored(
         redis: Redis, ns: str, cleanup: None) -> None:
     configure(False)
@@ -99,6 +100,7 @@ async def test_metrics_count_outcomes_buckets_turns_and_relay_lag(
     assert len(spans) == 4  # three root turns and alice's
 
 
+@pytest.mark.usefixtures("served")  # no worker runs
 async def test_reconciler_actions_are_counted(redis: Redis, ns: str, sdk: Sdk,
                                               cleanup: None) -> None:
     host = make_host(redis, ns, {"bob": answer({}), "alice": answer({})},

@@ -23,7 +23,7 @@ from sharedos_redis.transport import RedisStreamTransport
 
 from .router_support import ObservedMarkers, make_context, make_reply, make_request
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 FAST = RouterSettings(listener_block_ms=50, grace_ms=50, max_concurrent_checks=8)
 

@@ -17,7 +17,7 @@ from sharedos_redis.store.budget import TraceBudget
 from ..support import make_context
 from .test_use_accounting import LostReply, _ask, _kernel, cleanup
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 __all__ = ["cleanup"]  # the fixture, imported
 
 

@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.keys import RELAY_GROUP, Keys
-from sharedos_redis.transport import OutboxRelay, RedisStreamTransport
+from sharedos_redis.transport import OutboxRelay, RedisStreamTransport, TransportSettings
 
 from ..support import Keyspace, make_context, make_envelope, scan_keyspace
 
@@ -31,7 +31,8 @@ class Waker:
 
 
 async def _accept(redis: Redis, ns: str, *ids: str) -> None:
-    transport = RedisStreamTransport(redis)
+    # no worker serves alice: the route check (tests/transport/test_route_lease.py) is off
+    transport = RedisStreamTransport(redis, settings=TransportSettings(route_check=False))
     ctx = make_context(ns)
     for mid in ids:
         assert (await transport.deliver(ctx, make_envelope(ctx, id=mid))).status == "accepted"

@@ -11,7 +11,7 @@ from sharedos_redis.transport import OutboxRelay, RedisStreamTransport
 
 from ..support import Keyspace, make_context, make_envelope
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 
 def _count_commands(redis: Redis) -> list[str]:
@@ -42,7 +42,7 @@ async def test_accept_is_one_round_trip_and_dispatch_one_per_entry(
     sent = _count_commands(redis)
 
     await transport.deliver(ctx, make_envelope(ctx, id="m-1"))
-    assert sent == ["EVALSHA"]
+    assert sent == ["EVALSHA"]  # the route check included
     sent.clear()
     for i in range(3):
         await transport.deliver(ctx, make_envelope(ctx, id=f"b-{i}"))
@@ -50,4 +50,5 @@ async def test_accept_is_one_round_trip_and_dispatch_one_per_entry(
 
     assert await relay.step() == 4
     assert sent == ["XREADGROUP"] + ["EVALSHA"] * 4
-    assert len(await keyspace()) == 6 + 4  # with the trace index; markers warm, m-1, b-0..2
+    # with the trace index and the agent directory; markers warm, m-1, b-0..2
+    assert len(await keyspace()) == 7 + 4

@@ -34,6 +34,8 @@ NOW_MS = int(NOW.timestamp() * 1000)
 
 
 def _transport(redis: Redis, **settings: object) -> RedisStreamTransport:
+    # no worker runs: the route check has its own tests (test_route_lease.py)
+    settings.setdefault("route_check", False)
     return RedisStreamTransport(redis, settings=TransportSettings.model_validate(settings),
                                 clock=lambda: NOW)
 
@@ -203,7 +205,8 @@ async def test_on_accepted_is_called_and_its_failure_is_ignored(
         woken.append((namespace, message_id))
         raise ConnectionError("arq is down")
 
-    transport = RedisStreamTransport(redis, on_accepted=hook)
+    transport = RedisStreamTransport(redis, on_accepted=hook,
+                                     settings=TransportSettings(route_check=False))
     ctx = make_context(ns)
     assert (await transport.deliver(ctx, make_envelope(ctx))).status == "accepted"
     assert (await transport.deliver(ctx, make_envelope(ctx))).status == "denied"

@@ -29,7 +29,7 @@ from sharedos_redis.transport import RedisStreamTransport, TransportSettings
 
 from ..support import drop_namespace, make_context
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from ..router.router_support import ObservedMarkers
 from ..support import scan_keyspace
 from .helpers import ask, drop_namespace, invoke_grant, make_host, put, send_grant
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 FAST = RouterSettings(listener_block_ms=50, grace_ms=50)
 

@@ -102,7 +102,9 @@ async def test_unknown_recipient_fails_fast(redis: Redis, ns: str, cleanup: None
     async with host, LocalWorker(host):
         with anyio.fail_after(5):
             result = await host.start_turn("bob", {}, purpose="p")
-    assert output(result)["error"]["details"] == {"outcome": "recipient_unknown"}
+    error = output(result)["error"]  # refused at accept: nobody serves zed (ADR 0025)
+    assert error["code"] == "message_request_not_accepted"
+    assert error["details"] == {"status": "denied", "code": "route_unavailable"}
 
 
 async def test_three_deep_chain_with_one_worker(redis: Redis, ns: str, cleanup: None) -> None:

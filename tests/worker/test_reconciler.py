@@ -16,7 +16,7 @@ from sharedos_redis.worker.reconciler import Reconciler
 
 from .helpers import answer, drop_namespace, make_host
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 
 class Clock:

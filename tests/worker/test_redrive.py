@@ -22,7 +22,7 @@ from sharedos_redis.worker.redrive import redrive_request
 
 from ..support import drop_namespace, make_context, make_envelope
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from sharedos_redis.worker.services import WorkerServices
 from sharedos_redis.worker.streams import StreamWorker, serve_streams
 
 from ..servers.cluster import LocalCluster, namespaces_on_distinct_nodes
-from ..support import eventually, make_context, make_envelope
+from ..support import eventually, make_context, make_envelope, serve
 from .helpers import answer, ask, drop_namespace, invoke_grant, make_host, put, send_grant
 
 pytestmark = pytest.mark.anyio
@@ -165,6 +165,7 @@ async def test_one_relay_and_one_listener_read_namespaces_on_every_node(
 
     transport = RedisStreamTransport(redis)
     for ns in spread:
+        await serve(redis, ns)  # no worker runs: the agents' route leases, as one would
         ctx = make_context(ns)
         assert (await transport.deliver(ctx, make_envelope(ctx, id=f"m-{ns}"))).status == \
             "accepted"

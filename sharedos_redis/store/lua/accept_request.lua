@@ -13,7 +13,8 @@
 -- KEYS[6] usage         sos:{ns}:usage            (hash grant id -> uses spent)
 -- KEYS[7] trace index   sos:{ns}:trace:<trace>    (zset id -> accept ms; PEXPIRE budget ttl)
 -- KEYS[8] parent marker sos:{ns}:msg:<parent>     (KEYS[1] again for a root request)
--- KEYS[9] agents        sos:{ns}:agents           (hash agent id -> route lease expiry ms)
+-- KEYS[9] agents        sos:{ns}:agents           (hash encoded agent id -> route lease
+--                                                   expiry ms, store/directory.py)
 -- ARGV[1] named arguments, one JSON object (strings):
 --   id, from, to (address tags), purpose, trace, now (ms), deadline (ms), retention (ms),
 --   hops (default budget), budget_ttl (ms), maxlen (audit MAXLEN ~), tp (W3C traceparent
@@ -29,7 +30,8 @@
 --         written only if accepted or attached
 -- returns {"accepted", hops left} | {"attached", stored deadline ms, stored state} |
 --   {refusal code, -1 | 0}; refusal codes: duplicate_message, budget_exhausted,
---   turn_lease_lost, replay_conflict
+--   turn_lease_lost, replay_conflict; with a.route "1": route_not_agent (the recipient is
+--   no agent), route_unavailable (no live route lease in KEYS[9], server clock)
 -- Nested requests (a.parent non-empty; issue 12, ADR 0028):
 --   fence: with a.attempt non-empty the parent marker must be running as that attempt,
 --     else turn_lease_lost (checked first: a stale attempt neither accepts nor re-attaches);
@@ -40,6 +42,8 @@
 --     (ARGV[4] retyped: exactly one of accepted/replayed is ever written) together with
 --     the records written only if accepted; a different parent or fingerprint is
 --     replay_conflict. A root request (a.parent "") with a taken id stays duplicate_message.
+-- Route lease (a.route "1", ADR 0025): checked after the fence and the replay (a re-run
+--   re-attaches whatever the route), before the hop is spent.
 local a = cjson.decode(ARGV[1])
 local decided = 6 + (tonumber(ARGV[6]) or 0)
 for i = 7, decided do
@@ -84,6 +88,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
   end
   return {'attached', tonumber(seen[3]) or 0, seen[4]}
+end
+
+-- route lease (ADR 0025), a.route == "1": after authorization, before any hop is spent; a
+-- route refusal gives the reserved use back like any other (never no_matching_grant)
+if a.route == '1' then
+  local kind, agent_id = string.match(a.to, '^([^:]*):(.*)$')
+  if kind ~= 'agent' then return refuse('route_not_agent', -1) end
+  local lease = tonumber(redis.call('HGET', KEYS[9], agent_id) or '0') or 0
+  if lease < now_ms('') then return refuse('route_unavailable', -1) end
 end
 local stored = redis.call('GET', KEYS[2])
 local hops = tonumber(stored or a.hops)

@@ -1,0 +1,118 @@
+"""The agent directory: which agents some live worker serves (a route lease, ADR 0025).
+
+``sos:{ns}:agents`` maps each served agent (its id encoded with :func:`encode_id`, as in
+the marker's ``to`` tag) to the expiry of its route lease (ms, the server's clock).
+Every worker process refreshes the leases of the agents it serves every third of
+``route_lease_s`` (:class:`~sharedos_redis.worker.services.RouteLease`); several
+workers may serve one agent and the latest expiry stands. The accept script reads it
+(``route`` argument, after authorization, before any hop is spent): a request to an
+agent with no live lease is refused ``route_unavailable``, one to a non-agent address
+``route_not_agent``. The reconciler fails open requests to agents whose lease expired
+early (``route_unavailable``) instead of at their deadline.
+
+The directory is host routing state, never authority: it grants nothing, and a model
+only ever sees a route code for a recipient its grants already let it ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from .boundary import store_errors
+from .keys import Keys, encode_id
+from .scripts import Scripts
+
+__all__ = ["AgentDirectory", "UnroutedPage"]
+
+_WAITING = frozenset({"accepted", "dispatched"})
+"""Open states in which a request waits for a worker to take it (none is running it)."""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class UnroutedPage:
+    """One slice of the open index: requests waiting for an agent nobody serves.
+
+    Attributes:
+        ids: open requests (``accepted`` or ``dispatched``) addressed to a dead agent.
+        next_start: where the next slice starts (None: the index was read to its end).
+    """
+
+    ids: list[str]
+    next_start: int | None
+
+
+class AgentDirectory:
+    """Route leases of one Redis (any namespace).
+
+    Args:
+        redis: the client.
+        now_ms: a pinned server time for tests (None: the Redis server's clock).
+    """
+
+    def __init__(self, redis: Redis, *, now_ms: int | None = None) -> None:
+        self._redis = redis
+        self._scripts = Scripts(redis)
+        self._now = "" if now_ms is None else str(now_ms)
+
+    async def register(self, namespace: str, agent_ids: Iterable[str], lease_s: float) -> int:
+        """Open or extend the route lease of each agent to now + ``lease_s``; returns
+        the expiry written (ms). A later expiry another worker wrote is kept.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        encoded = [encode_id(agent_id) for agent_id in agent_ids]
+        return int(await self._scripts.call(
+            "route_lease", [Keys(namespace).agents],
+            [int(lease_s * 1000), self._now, *encoded]))
+
+    async def expiry(self, namespace: str, agent_id: str) -> int | None:
+        """The route lease expiry (ms) of ``agent_id``, or None when it has none.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        with store_errors("route lease"):
+            raw = await self._redis.hget(Keys(namespace).agents,  # type: ignore[misc]
+                                         encode_id(agent_id))
+        return None if raw is None else int(_text(raw))
+
+    async def dead(self, namespace: str, *, horizon_s: float) -> set[str]:
+        """Encoded ids of the agents whose route lease expired less than ``horizon_s``
+        ago (older entries are deleted).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        raw = await self._scripts.call("route_dead", [Keys(namespace).agents],
+                                       [int(horizon_s * 1000), self._now])
+        return {_text(agent) for agent in raw}
+
+    async def unrouted(self, namespace: str, dead: set[str], *, start: int,
+                       count: int) -> UnroutedPage:
+        """Read ``count`` entries of the open index from ``start`` and return those
+        waiting (``accepted``/``dispatched``) for an agent in ``dead`` (encoded ids).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        keys = Keys(namespace)
+        targets = {f"agent:{agent}" for agent in dead}
+        with store_errors("unrouted scan"):
+            ids = [_text(i) for i in await self._redis.zrange(keys.open, start,
+                                                              start + count - 1)]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for message_id in ids:
+                    pipe.hmget(keys.message(message_id), ["to", "state"])
+                rows = await pipe.execute()
+        found = [message_id for message_id, (to, state) in zip(ids, rows, strict=True)
+                 if to is not None and _text(to) in targets
+                 and state is not None and _text(state) in _WAITING]
+        return UnroutedPage(found, start + count if len(ids) == count else None)
