@@ -35,8 +35,10 @@ _TABLE: Final[dict[str, Bucket]] = {
     **dict.fromkeys(("host_policy_denied", "budget_exhausted", "payload_too_large",
                      "tool_call_limit_exceeded", "step_limit_exceeded", "duplicate_message"),
                     "policy"),
-    # route: nowhere to deliver (no such recipient, no transport)
-    **dict.fromkeys(("recipient_unknown", "message_transport_not_configured"), "route"),
+    # route: nowhere to deliver (no such recipient, no transport, no live route lease);
+    # never counted as an authorization denial (ADR 0025)
+    **dict.fromkeys(("recipient_unknown", "message_transport_not_configured",
+                     "route_unavailable", "route_not_agent"), "route"),
 }
 
 

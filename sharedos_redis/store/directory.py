@@ -25,14 +25,36 @@ from .boundary import store_errors
 from .keys import Keys, encode_id
 from .scripts import Scripts
 
-__all__ = ["AgentDirectory", "UnroutedPage"]
+__all__ = ["AgentDirectory", "DeadRoutes", "UnroutedPage"]
 
 _WAITING = frozenset({"accepted", "dispatched"})
 """Open states in which a request waits for a worker to take it (none is running it)."""
 
 
+@dataclass(frozen=True)
+class DeadRoutes:
+    """The agents whose route lease expired, read at ``now_ms`` (the server clock).
+
+    Attributes:
+        now_ms: the server time of the read.
+        agents: encoded ids of the agents no live worker serves.
+    """
+
+    now_ms: int
+    agents: frozenset[str]
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _unattended(state: object, lease: object, now_ms: int) -> bool:
+    """No worker runs the request: it waits for one, or its running turn's lease expired."""
+    if state is None:
+        return False
+    if _text(state) in _WAITING:
+        return True
+    return _text(state) == "running" and lease is not None and int(_text(lease)) < now_ms
 
 
 @dataclass(frozen=True)
@@ -40,7 +62,7 @@ class UnroutedPage:
     """One slice of the open index: requests waiting for an agent nobody serves.
 
     Attributes:
-        ids: open requests (``accepted`` or ``dispatched``) addressed to a dead agent.
+        ids: open requests to a dead agent that no worker runs.
         next_start: where the next slice starts (None: the index was read to its end).
     """
 
@@ -84,35 +106,36 @@ class AgentDirectory:
                                          encode_id(agent_id))
         return None if raw is None else int(_text(raw))
 
-    async def dead(self, namespace: str, *, horizon_s: float) -> set[str]:
-        """Encoded ids of the agents whose route lease expired less than ``horizon_s``
-        ago (older entries are deleted).
+    async def dead(self, namespace: str, *, horizon_s: float) -> DeadRoutes:
+        """The agents whose route lease expired less than ``horizon_s`` ago (older
+        entries are deleted: no request accepted while they were live is still open).
 
         Raises:
             StoreUnavailable: Redis failed.
         """
         raw = await self._scripts.call("route_dead", [Keys(namespace).agents],
                                        [int(horizon_s * 1000), self._now])
-        return {_text(agent) for agent in raw}
+        return DeadRoutes(int(raw[0]), frozenset(_text(agent) for agent in raw[1:]))
 
-    async def unrouted(self, namespace: str, dead: set[str], *, start: int,
+    async def unrouted(self, namespace: str, dead: DeadRoutes, *, start: int,
                        count: int) -> UnroutedPage:
-        """Read ``count`` entries of the open index from ``start`` and return those
-        waiting (``accepted``/``dispatched``) for an agent in ``dead`` (encoded ids).
+        """Read ``count`` entries of the open index from ``start`` and return the requests
+        to an agent in ``dead`` that no worker is running: ``accepted``/``dispatched``, or
+        ``running`` with an expired turn lease (its worker is gone).
 
         Raises:
             StoreUnavailable: Redis failed.
         """
         keys = Keys(namespace)
-        targets = {f"agent:{agent}" for agent in dead}
+        targets = {f"agent:{agent}" for agent in dead.agents}
         with store_errors("unrouted scan"):
             ids = [_text(i) for i in await self._redis.zrange(keys.open, start,
                                                               start + count - 1)]
             async with self._redis.pipeline(transaction=False) as pipe:
                 for message_id in ids:
-                    pipe.hmget(keys.message(message_id), ["to", "state"])
+                    pipe.hmget(keys.message(message_id), ["to", "state", "lease"])
                 rows = await pipe.execute()
-        found = [message_id for message_id, (to, state) in zip(ids, rows, strict=True)
+        found = [message_id for message_id, (to, state, lease) in zip(ids, rows, strict=True)
                  if to is not None and _text(to) in targets
-                 and state is not None and _text(state) in _WAITING]
+                 and _unattended(state, lease, dead.now_ms)]
         return UnroutedPage(found, start + count if len(ids) == count else None)

@@ -5,15 +5,15 @@ many reconcilers may run at once. One pass:
 
 1. the relay claims outbox entries a dead relay left unacknowledged (XAUTOCLAIM);
 2. requests past their deadline become ``timed_out`` (waiters wake);
-3. running turns whose lease expired (worker killed) are woken again — the claim
+3. with ``route_check``, requests to an agent whose route lease expired — no live worker
+   serves it (``store.directory``) — that no worker runs (waiting, or running under an
+   expired turn lease) fail ``route_unavailable`` at once instead of at their deadline
+   (one slice of the open index per pass, read only while some agent's lease is expired);
+4. running turns whose lease expired (worker killed) are woken again — the claim
    script re-runs them with attempt + 1, or dead-letters them at ``max_attempts``;
-4. ``dispatched`` requests whose turn never started (job lost), and ``accepted`` ones
+5. ``dispatched`` requests whose turn never started (job lost), and ``accepted`` ones
    that lost their outbox entry, are woken again (a sweep of the open index that starts
-   once per ``claim_idle_s`` and reads one slice per pass);
-5. with ``route_check``, requests waiting (``accepted``/``dispatched``) for an agent whose
-   route lease expired — no live worker serves it (``store.directory``) — fail
-   ``route_unavailable`` at once instead of at their deadline (one slice of the open
-   index per pass, read only while some agent's lease is expired).
+   once per ``claim_idle_s`` and reads one slice per pass).
 
 Every step reads at most ``STEP_LIMIT`` index entries per pass, so a pass stays
 bounded however large the indexes are. Ids whose record expired or was evicted
@@ -70,13 +70,13 @@ class Reconciler:
                 ns, message_id, state="timed_out", code="request_timed_out")
             counts["timed_out"] += int(settlement.settled)
         fault_point("reconciler.between")
+        if host.settings.route_check:  # before re-running expired leases: none could run
+            counts["unrouted"] = await self._fail_unrouted()
         for message_id in await host.markers.expired_leases(ns, limit=STEP_LIMIT):
             await self.rewake(ns, message_id, "lease")
             counts["rerun"] += 1
         if self._sweep_start is not None or time.monotonic() >= self._next_stale_scan:
             counts["rewoken"] = await self._rewake_stale()
-        if host.settings.route_check:
-            counts["unrouted"] = await self._fail_unrouted()
         telemetry().reconciled(ns, counts)
         return counts
 
@@ -100,13 +100,13 @@ class Reconciler:
         """Fail waiting requests to agents no live worker serves (``route_unavailable``).
 
         A request is only accepted while its recipient's lease is live, so it can only
-        meet a dead one here if every worker serving the agent stopped after the accept:
-        nothing will take it before its deadline (a worker that comes back registers
-        before it wakes anything, and the requests it would have run are already ended).
+        meet a dead one here if every worker serving the agent stopped after the accept
+        (or a rolling deploy dropped the agent): no worker will run it before its
+        deadline. A request whose turn is running under a live turn lease is left alone.
         """
         host, ns = self.host, self.host.namespace
         dead = await host.directory.dead(ns, horizon_s=2 * host.settings.request_timeout_s)
-        if not dead:
+        if not dead.agents:
             self._route_start = 0
             return 0
         page = await host.directory.unrouted(ns, dead, start=self._route_start,

@@ -19,9 +19,9 @@ from sharedos_redis.kernel.contracts import MessageEnvelope, agent, format_times
 from sharedos_redis.store.keys import Keys
 from tests.worker.helpers import drop_namespace
 
+from ..support import serve
 from . import fault_app
 from .inspect_ns import keyspace, message_ids, states
-from ..support import serve
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,9 @@ once (``notes.pay``, deduplicated on its idempotency key) and then, in attempt 1
 signals and blocks the event loop itself (a synchronous BLPOP on ``release_key``, like
 a runtime calling blocking code) before it answers; ``"stall-ask"`` does the same but
 then asks bob (a nested request) before it answers. TEST_DRAIN_GRACE
-sets ``drain_grace_s``. Signals go through Redis lists so tests synchronise
-on BLPOP, never on sleeps.
+sets ``drain_grace_s``, TEST_ROUTE_LEASE_S ``route_lease_s``; TEST_AGENTS (comma-separated)
+limits the agents the host runs (a worker serving only some of them). Signals go through
+Redis lists so tests synchronise on BLPOP, never on sleeps.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def _block_until_released(ns: str) -> None:
 def build(redis: Redis, ns: str, *, url: str | None = None,
           connection: RedisSettings | None = None, max_attempts: int = 3,
           bob_mode: str = "reply", bob_payload: JsonValue = None,
-          **settings: Any) -> MessagingHost:
+          only: tuple[str, ...] | None = None, **settings: Any) -> MessagingHost:
     async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
         payload = turn.message.payload if isinstance(turn.message.payload, dict) else {}
         own = await host.call("files.alice", {})
@@ -102,6 +103,8 @@ def build(redis: Redis, ns: str, *, url: str | None = None,
         "alice": AgentSpec(ScriptedRuntime(alice), authority=OWNER, owner=OWNER,
                            tool_namespaces=("messages", "files", "notes")),
     }
+    if only is not None:
+        agents = {name: spec for name, spec in agents.items() if name in only}
     host = MessagingHost(redis, namespace=ns, agents=agents, settings=HostSettings(**values),
                          connection=connection or (RedisSettings.from_url(url) if url else None))
     host.register_tool(tool("files.alice", "files", ("alice",)), read_file_handler)
@@ -129,4 +132,7 @@ def host() -> MessagingHost:
                  connection=connection,
                  max_attempts=int(os.environ.get("TEST_MAX_ATTEMPTS", "3")),
                  direct_dispatch=os.environ.get("TEST_DIRECT_DISPATCH", "1") == "1",
-                 drain_grace_s=float(os.environ.get("TEST_DRAIN_GRACE", "10")))
+                 drain_grace_s=float(os.environ.get("TEST_DRAIN_GRACE", "10")),
+                 route_lease_s=float(os.environ.get("TEST_ROUTE_LEASE_S", "30")),
+                 only=tuple(os.environ["TEST_AGENTS"].split(","))
+                 if os.environ.get("TEST_AGENTS") else None)
