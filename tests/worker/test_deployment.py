@@ -30,6 +30,7 @@ from sharedos_redis.store.keys import Keys, encode_id
 from sharedos_redis.worker.host import MessagingHost
 
 from ..servers import RedisServer, SentinelCluster, ServerPool, TlsMaterial
+from ..support import eventually
 from . import proc_app
 from .conftest import Target
 from .helpers import grant, invoke_grant, put, send_grant
@@ -150,6 +151,14 @@ async def test_three_tenants_never_take_each_others_turns(
         assert len({target.cluster.owner(Keys(ns).outbox) for ns in namespaces}) == 3
 
 
+async def _served(host: MessagingHost, agent_id: str) -> bool:
+    try:
+        expiry = await host.directory.expiry(host.namespace, agent_id)
+    except StoreUnavailable:
+        return False
+    return expiry is not None
+
+
 async def _append(into: list[Any], call: Any) -> None:
     into.append(await call)
 
@@ -168,6 +177,9 @@ async def test_worker_survives_a_ten_second_redis_outage(
             await anyio.sleep(10)  # the outage itself: Redis is down for 10 s
         await server.start()  # no persistence: grants, groups and scripts are gone too
         await _grants(host)
+        # the agent directory is gone too: the worker's route lease refresh re-creates it
+        # (a third of route_lease_s at most, sooner when its refresh failed in the outage)
+        await eventually(lambda: _served(host, "alice"), timeout_s=15)
         assert worker.proc.poll() is None, worker.text()
         after = await _ask(host, timeout_s=40)
     assert after["status"] == "succeeded", after
