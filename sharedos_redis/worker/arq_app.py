@@ -56,7 +56,9 @@ async def run_turn(ctx: dict[str, Any], namespace: str, message_id: str) -> str:
     app: WorkerApp = ctx[APP_KEY]
     if not app.runner.accepting:  # picked just as a drain began: let another worker run it
         raise Retry(defer=0.1)
-    slot = await app.slots.take()  # shared with directly dispatched turns
+    slot = await app.runner.take_slot(app.slots, namespace, message_id)  # shared with
+    if slot is None:  # directly dispatched turns; None: failed request_deadlocked
+        return "request_deadlocked"
     if not app.runner.accepting:  # a drain began while this job waited for a slot
         slot.close()
         raise Retry(defer=0.1)

@@ -58,7 +58,10 @@ class LocalWorker:
                 tg.start_soon(self._turn, namespace, message_id)
 
     async def _turn(self, namespace: str, message_id: str) -> None:
-        slot = await self._slots.take()
+        slot = await self.runner.take_slot(self._slots, namespace, message_id)
+        if slot is None:
+            self.outcomes.append("request_deadlocked")
+            return
         self.outcomes.append(await self.runner.run_in_slot(namespace, message_id, slot))
 
     async def __aenter__(self) -> Self:

@@ -72,7 +72,8 @@ class StreamWorker:
         self.services_died = False
 
     def _free_slots(self) -> int:
-        return self.slots.free if self.runner.accepting else 0
+        # starved: also read what the waiting turns wait on, so a deadlock can be seen
+        return self.slots.free + self.slots.starved_reads if self.runner.accepting else 0
 
     async def wake(self, namespace: str, message_id: str) -> None:
         """Start the turn once a slot is free; while draining, hand it to another worker."""
@@ -82,7 +83,9 @@ class StreamWorker:
         try:
             with scope:
                 if self.runner.accepting:
-                    slot = await self.slots.take()
+                    slot = await self.runner.take_slot(self.slots, namespace, message_id)
+                    if slot is None:  # failed request_deadlocked
+                        return
         finally:
             self._waits.discard(scope)
         if slot is None or not self.runner.accepting or self._tg is None:

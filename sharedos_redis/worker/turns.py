@@ -40,7 +40,7 @@ from ..transport.deadlines import deadline_scope
 from ..transport.turn_scope import TurnScope, turn_scope
 from .effects import TurnEffects, tracking
 from .host import MessagingHost
-from .slots import TurnSlot, occupying
+from .slots import Deadlocked, TurnSlot, TurnSlots, occupying
 
 __all__ = ["DrainReport", "TurnRunner", "failure_code"]
 
@@ -335,6 +335,23 @@ class TurnRunner:
         settlement = await markers.settle_failure(namespace, request.id, state="failed",
                                                   code=code, attempt=attempt)
         return "turn_lease_lost" if _taken_over(settlement) else code
+
+    async def take_slot(self, slots: TurnSlots, namespace: str,
+                        message_id: str) -> TurnSlot | None:
+        """Wait for ``slots`` for a woken request; None when the request was failed
+        ``request_deadlocked`` instead (every in-flight turn here waits on a request
+        queued here for a slot: see ``slots``), so its parent gets a typed outcome now."""
+        try:
+            return await slots.take(message_id)
+        except Deadlocked:
+            log.warning("request %s/%s failed request_deadlocked: every in-flight turn waits "
+                        "on a request queued here (max_in_flight)", namespace, message_id)
+        try:
+            await self.host.markers.settle_failure(namespace, message_id, state="failed",
+                                                   code="request_deadlocked")
+        except SharedOSError as exc:  # its deadline still ends it
+            log.warning("request %s/%s not failed: %s", namespace, message_id, exc)
+        return None
 
     async def run_in_slot(self, namespace: str, message_id: str, slot: TurnSlot) -> str:
         """Run a woken turn in ``slot`` (given back while it waits for nested replies),

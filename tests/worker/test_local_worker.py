@@ -5,6 +5,7 @@ Runs on fakeredis and on real Redis (REDIS_URL) with the in-process LocalWorker.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -137,17 +138,23 @@ async def test_chain_deeper_than_in_flight_bound_ends_typed_not_hanging(
                      lease_s=1)
     await put(host, send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"),
               *(invoke_grant(ns, who) for who in ("bob", "alice", "carol")))
-    async with host, LocalWorker(host):
+    async with host, LocalWorker(host) as worker:
+        began = time.monotonic()
         with anyio.fail_after(8):
             result = await host.start_turn("bob", {}, purpose="p")
-    # carol's turn never starts: alice's waiting turn gave its running slot back but still
-    # counts against max_in_flight=1. Her nested request times out inside her turn, alice
-    # still answers, bob gets it. (With max_in_flight=2, see test_slots.py, it completes.)
+        elapsed = time.monotonic() - began
+    # carol's turn cannot start: alice's waiting turn gave its running slot back but still
+    # counts against max_in_flight=1, and alice waits on carol. The worker sees it (every
+    # in-flight turn waits on a request queued here) and fails carol's request
+    # request_deadlocked at once, not at her deadline; alice answers, bob gets it. (With
+    # max_in_flight=2, see test_slots.py, it completes.)
     to_alice = output(result)
     assert to_alice["status"] == "succeeded"
     to_carol = to_alice["output"]
     assert to_carol["status"] == "failed"
-    assert to_carol["error"]["details"] == {"outcome": "request_timed_out"}
+    assert to_carol["error"]["details"] == {"outcome": "request_deadlocked"}
+    assert "request_deadlocked" in worker.outcomes
+    assert elapsed < 2, elapsed  # the nested deadline is 3 s away
 
 
 async def test_trace_budget_stops_ping_pong(redis: Redis, ns: str, cleanup: None) -> None:

@@ -5,6 +5,7 @@ worker process); ``max_in_flight`` still bounds turns started and not finished."
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -14,7 +15,7 @@ from redis.asyncio import Redis
 from sharedos_redis.errors import ConfigurationError
 from sharedos_redis.worker.local import LocalWorker
 from sharedos_redis.worker.settings import HostSettings
-from sharedos_redis.worker.slots import TurnSlots
+from sharedos_redis.worker.slots import Deadlocked, TurnSlot, TurnSlots
 
 from ..servers import RedisServer, ServerPool
 from . import chain_app
@@ -39,6 +40,54 @@ async def test_slots_bound_running_and_in_flight_apart() -> None:
     first.close()
     first.close()  # idempotent
     assert slots.free == 1
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(5):
+        while not condition():
+            await anyio.sleep(0.001)
+
+
+async def test_a_deadlock_among_queued_requests_fails_one_and_only_then() -> None:
+    """Every in-flight turn waits on a request queued here for a slot: one of those
+    requests (the smallest id) is refused Deadlocked; a wait on a request running
+    elsewhere is no deadlock."""
+    slots = TurnSlots(running=2, in_flight=2)
+    a, b = slots.try_take(), slots.try_take()
+    assert a is not None and b is not None
+    a.release_running(waiting_on="child-a")  # a's child is not queued here (yet)
+    b.release_running(waiting_on="child-b")
+    taken: dict[str, TurnSlot | str] = {}
+
+    async def take(message_id: str) -> None:
+        try:
+            taken[message_id] = await slots.take(message_id)
+        except Deadlocked:
+            taken[message_id] = "deadlocked"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(take, "child-b")
+        tg.start_soon(take, "other")  # a request nobody here waits on
+        await anyio.wait_all_tasks_blocked()
+        assert taken == {} and slots.deadlocked() is None  # child-a may run elsewhere
+        tg.start_soon(take, "child-a")
+        await _until(lambda: "child-a" in taken)
+        await anyio.wait_all_tasks_blocked()
+        assert taken == {"child-a": "deadlocked"}  # one victim: its parent gets an outcome
+        assert slots.deadlocked() is None  # a's wait is no longer on a queued request
+        a.reacquire_running()  # the typed failure reached a: it resumes and ends
+        a.close()
+        await _until(lambda: "child-b" in taken)
+        await anyio.wait_all_tasks_blocked()
+        assert set(taken) == {"child-a", "child-b"}  # b's child got a's in-flight slot
+        child_b = taken["child-b"]
+        assert isinstance(child_b, TurnSlot) and child_b.running
+        child_b.close()
+        b.reacquire_running()
+        b.close()
+    assert isinstance(taken["other"], TurnSlot)
+    taken["other"].close()
+    assert slots.free == 2 and not slots.holders
 
 
 def test_max_in_flight_below_max_jobs_is_refused() -> None:
