@@ -5,7 +5,7 @@ worker process); ``max_in_flight`` still bounds turns started and not finished."
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections import defaultdict
 from pathlib import Path
 
 import anyio
@@ -42,12 +42,6 @@ async def test_slots_bound_running_and_in_flight_apart() -> None:
     assert slots.free == 1
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    with anyio.fail_after(5):
-        while not condition():
-            await anyio.sleep(0.001)
-
-
 async def test_a_deadlock_among_queued_requests_fails_one_and_only_then() -> None:
     """Every in-flight turn waits on a request queued here for a slot: one of those
     requests (the smallest id) is refused Deadlocked; a wait on a request running
@@ -58,12 +52,18 @@ async def test_a_deadlock_among_queued_requests_fails_one_and_only_then() -> Non
     a.release_running(waiting_on="child-a")  # a's child is not queued here (yet)
     b.release_running(waiting_on="child-b")
     taken: dict[str, TurnSlot | str] = {}
+    done: defaultdict[str, anyio.Event] = defaultdict(anyio.Event)
 
     async def take(message_id: str) -> None:
         try:
             taken[message_id] = await slots.take(message_id)
         except Deadlocked:
             taken[message_id] = "deadlocked"
+        done[message_id].set()
+
+    async def until_done(message_id: str) -> None:
+        with anyio.fail_after(5):
+            await done[message_id].wait()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(take, "child-b")
@@ -71,13 +71,13 @@ async def test_a_deadlock_among_queued_requests_fails_one_and_only_then() -> Non
         await anyio.wait_all_tasks_blocked()
         assert taken == {} and slots.deadlocked() is None  # child-a may run elsewhere
         tg.start_soon(take, "child-a")
-        await _until(lambda: "child-a" in taken)
+        await until_done("child-a")
         await anyio.wait_all_tasks_blocked()
         assert taken == {"child-a": "deadlocked"}  # one victim: its parent gets an outcome
         assert slots.deadlocked() is None  # a's wait is no longer on a queued request
         a.reacquire_running()  # the typed failure reached a: it resumes and ends
         a.close()
-        await _until(lambda: "child-b" in taken)
+        await until_done("child-b")
         await anyio.wait_all_tasks_blocked()
         assert set(taken) == {"child-a", "child-b"}  # b's child got a's in-flight slot
         child_b = taken["child-b"]
