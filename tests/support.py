@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
+from sharedos_redis.errors import StoreUnavailable
 from sharedos_redis.kernel.contracts import (
     AccessContext,
     Address,
@@ -71,3 +72,18 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 10
             if await check():
                 return
             await anyio.sleep(every_s)
+
+
+async def wait_served(redis: Redis, ns: str, *agents: str, timeout_s: float = 30) -> None:
+    """Wait until every one of ``agents`` holds a live route lease in ``ns``: a worker
+    process started for them is up (requests to them are accepted from then on)."""
+    directory = AgentDirectory(redis)
+
+    async def live() -> bool:
+        try:
+            expiries = [await directory.expiry(ns, agent_id) for agent_id in agents]
+        except StoreUnavailable:
+            return False
+        return all(e is not None and e > now_ms() for e in expiries)
+
+    await eventually(live, timeout_s=timeout_s, every_s=0.05)

@@ -52,6 +52,18 @@ class Procs:
         """Start ``sharedos-redis worker`` on the fault suite's app."""
         return self._start(_CLI, "worker", self.env(fault, **extra), subprocess.DEVNULL)
 
+    async def ready(self, *agents: str, timeout_s: float = 30) -> None:
+        """Wait until ``agents`` hold a live route lease (a worker started for them is up)."""
+        from sharedos_redis.store.client import RedisSettings, create_redis
+
+        from ..support import wait_served
+
+        redis = create_redis(RedisSettings.from_url(self.url))
+        try:
+            await wait_served(redis, self.namespace, *agents, timeout_s=timeout_s)
+        finally:
+            await redis.aclose()
+
     def requester(self, *args: str, fault: str | None = None) -> subprocess.Popen[bytes]:
         """Start ``python -m tests.faults.requester <args>`` (stdout piped)."""
         return self._start([*_REQUESTER, *args], "requester", self.env(fault), subprocess.PIPE)

@@ -47,6 +47,7 @@ def test_every_fault_point_is_covered() -> None:
 
 async def _worker_fault(procs: Procs, step: str) -> dict[str, Any]:
     faulty = procs.worker(fault=step)
+    await procs.ready("alice")
     requester = procs.requester("send")
     assert await procs.wait(faulty, 30) == FAULT_EXIT_CODE, procs.logs()
     procs.worker()
@@ -57,6 +58,7 @@ async def _requester_fault(procs: Procs, client: Redis, ns: str, step: str) -> d
     # a turn slower than the requester's own path to its wait, so the settlement always
     # reaches the waiter through the listener (listener.before_wake), not its first check
     procs.worker(FAULT_TURN_DELAY_S="0.3")
+    await procs.ready("alice")
     faulty = procs.requester("send", fault=step)
     assert await procs.wait(faulty, 30) == FAULT_EXIT_CODE, procs.logs()
     ids = await message_ids(client, ns)

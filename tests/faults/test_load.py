@@ -95,6 +95,7 @@ async def test_sustained_load_with_worker_kills(client: Redis, fault_ns: str,
     names = fault_app.agent_names(AGENTS)[1:]
     await fault_app.grant_all(host, names, names)
     workers: list[object] = [procs.worker(FAULT_AGENTS=str(AGENTS)) for _ in range(2)]
+    await procs.ready(*names)
     progress = Progress()
     done = progress.done
     started = time.monotonic()

@@ -22,6 +22,7 @@ from sharedos_redis.store.keys import OPEN_STATES
 from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
 from tests.servers import RedisServer, ServerPool
+from tests.support import wait_served
 from tests.worker.helpers import make_host
 
 from . import fault_app
@@ -69,7 +70,7 @@ async def _client(server: RedisServer) -> Redis:
 
 def _host(redis: Redis, gate: Gate, **settings: Any) -> MessagingHost:
     values = {"request_timeout_s": 4, "turn_timeout_s": 3, "lease_s": 1, "claim_idle_s": 0.5,
-              "reconcile_interval_s": 0.2, "max_attempts": 5, **settings}
+              "reconcile_interval_s": 0.2, "max_attempts": 5, "route_lease_s": 3, **settings}
     return make_host(redis, f"rf-{uuid.uuid4().hex[:8]}",
                      {fault_app.REQUESTER: _idle, "alice": gate.alice}, **values)
 
@@ -109,6 +110,8 @@ async def test_redis_lost_in_flight_requests_end_typed_and_worker_recovers(
                 await volatile.start()  # empty: every marker, grant and stream is gone
                 gate.open.set()
                 await fault_app.grant_all(host, [fault_app.REQUESTER], ["alice"])
+                # the agent directory is gone too: the worker's refresh re-creates it
+                await wait_served(redis, host.namespace, "alice", timeout_s=10)
                 after = await ask(host, "alice", {"after": "restart"})
             ROWS.append(Row(fault="redis SIGKILL, no persistence", requests=IN_FLIGHT + 1,
                             settled=0, lost=0, duplicated=0, seen_by="requester (typed)",

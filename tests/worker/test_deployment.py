@@ -30,7 +30,7 @@ from sharedos_redis.store.keys import Keys, encode_id
 from sharedos_redis.worker.host import MessagingHost
 
 from ..servers import RedisServer, SentinelCluster, ServerPool, TlsMaterial
-from ..support import eventually
+from ..support import eventually, wait_served
 from . import proc_app
 from .conftest import Target
 from .helpers import grant, invoke_grant, put, send_grant
@@ -116,6 +116,7 @@ def _ns() -> str:
 
 
 async def _ask(host: MessagingHost, timeout_s: float = 30) -> Any:
+    await wait_served(host.redis, host.namespace, "alice")  # a worker is up
     with anyio.fail_after(timeout_s):
         result = await host.start_turn("bob", {}, purpose="atlas-status")
     assert result.status == "succeeded"
@@ -415,6 +416,7 @@ async def test_sentinel_failover_under_load_ends_every_request_typed_or_succeede
 
 async def _outcome(host: MessagingHost) -> str:
     """bob's turn asking alice: "succeeded" or the typed code bob's model would see."""
+    await wait_served(host.redis, host.namespace, "alice")  # a worker is up
     try:
         result = await host.start_turn("bob", {}, purpose="atlas-status")
     except StoreUnavailable:

@@ -18,6 +18,7 @@ from sharedos_redis.worker.settings import HostSettings
 from sharedos_redis.worker.slots import Deadlocked, TurnSlot, TurnSlots
 
 from ..servers import RedisServer, ServerPool
+from ..support import wait_served
 from . import chain_app
 from .test_deployment import Worker
 
@@ -115,6 +116,7 @@ async def test_depth_ten_chain_with_two_slots_in_one_worker_process(
     try:
         host = chain_app.build(client, ns)
         await chain_app.grant_chain(host)
+        await wait_served(client, ns, *CHAIN[1:])  # the worker is up
         with anyio.fail_after(40):
             async with host:
                 result = await host.start_turn("c0", {}, purpose="chain")

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from sharedos_redis.store.client import RedisSettings, create_redis
 from sharedos_redis.worker.host import MessagingHost
 
+from ..support import wait_served
 from . import proc_app
 from .helpers import drop_namespace, grant, invoke_grant, put, send_grant
 
@@ -108,6 +109,7 @@ async def test_worker_process_runs_alice_as_alice(client: Redis, url: str, proc_
     host = proc_app.build(client, proc_ns)
     await _grants(host, proc_ns)
     workers(TEST_DIRECT_DISPATCH=direct)
+    await wait_served(client, proc_ns, "alice")  # the worker is up
     async with host:
         with anyio.fail_after(20):
             result = await host.start_turn("bob", {}, purpose="atlas-status")
@@ -123,6 +125,7 @@ async def test_sigkill_mid_turn_reruns_once_and_replies_once(
     host = proc_app.build(client, proc_ns, bob_mode="block")
     await _grants(host, proc_ns)
     first = workers()
+    await wait_served(client, proc_ns, "alice")  # the worker is up
     async with host, anyio.create_task_group() as tg:
         results: list[Any] = []
 
@@ -152,6 +155,7 @@ async def test_sigkill_past_max_attempts_dead_letters(
     host = proc_app.build(client, proc_ns, bob_mode="block", max_attempts=1)
     await _grants(host, proc_ns)
     first = workers(TEST_MAX_ATTEMPTS="1")
+    await wait_served(client, proc_ns, "alice")  # the worker is up
     async with host, anyio.create_task_group() as tg:
         results: list[Any] = []
 
