@@ -22,7 +22,7 @@ from sharedos_redis.transport.turn_scope import TurnScope, child_id, turn_scope
 
 from ..support import Keyspace, make_context, make_envelope
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 NOW_MS = int(NOW.timestamp() * 1000)

@@ -36,7 +36,7 @@ from sharedos_redis.worker.host import MessagingHost
 from ..support import Keyspace, eventually, now_ms
 from .helpers import answer, make_host
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 PURPOSE, TRACE = "replay-test", "trace-replay"
 
