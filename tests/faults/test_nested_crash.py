@@ -49,6 +49,7 @@ async def test_a_nested_request_survives_its_requesters_crash(
     await put(host, *edges, invoke_grant(fault_ns, ALICE), invoke_grant(fault_ns, CAROL))
     with anyio.fail_after(90):
         faulty = procs.worker(fault=step)
+        await procs.ready(ALICE, CAROL)
         requester = procs.requester("nested")
         assert await procs.wait(faulty, 30) == FAULT_EXIT_CODE, procs.logs()
         procs.worker()
