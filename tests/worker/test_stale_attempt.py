@@ -24,7 +24,7 @@ from sharedos_redis.transport.turn_scope import child_id
 from sharedos_redis.worker.host import MessagingHost
 
 from ..servers import RedisServer, ServerPool
-from ..support import eventually
+from ..support import eventually, wait_served
 from . import proc_app
 from .conftest import Target
 from .helpers import grant, invoke_grant, put, send_grant
@@ -57,6 +57,7 @@ async def _stall(host: MessagingHost, client: Redis, workers: list[Worker]) -> t
     worker) replies; then attempt 1 is released. Returns alice's request id and the
     stale attempt's turn log line."""
     ns = host.namespace
+    await wait_served(host.redis, ns, "alice", "bob")  # the workers are up
     async with host:
         async with anyio.create_task_group() as tg:
             results: list[object] = []
