@@ -152,6 +152,7 @@ async def test_the_watchdog_warns_when_renewal_wakes_late_and_the_turn_goes_on(
     assert late.lease_late["late_s"] >= 1.0 - lease_s / 3  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("served")  # no worker runs: a TurnRunner alone
 async def test_a_late_renewal_that_finds_another_attempt_stops_the_turn(
         redis: Redis, ns: str, cleanup: None, caplog: pytest.LogCaptureFixture) -> None:
     async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:

@@ -70,6 +70,7 @@ async def test_a_stopped_workers_agents_lose_their_route(
         # recipient_unknown)
         survivor = workers(ns, TEST_AGENTS="bob")
     elapsed = time.monotonic() - began
+    print(f"\nroute_unavailable {elapsed:.2f}s after the kill (deadline 20 s)")
     # the open request failed early (its deadline is 20 s away), typed, through the
     # survivor's reconciler; bob's turn got the outcome and finished
     [to_alice] = outcome
