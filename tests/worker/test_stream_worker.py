@@ -6,6 +6,7 @@ primaries: one listener and one relay then read three nodes at once.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -205,3 +206,35 @@ async def test_a_stream_worker_whose_services_die_exits_one() -> None:
         with anyio.fail_after(10):
             assert await serve_streams(host, handle_signals=False) == 1
     await redis.aclose()
+
+
+async def test_a_starved_stream_worker_fails_the_request_its_waiting_turn_needs(
+        backend: tuple[Redis, Namespaces]) -> None:
+    """max_in_flight=1: alice waits on carol, whose entry the relay would not read (no
+    free slot). The starved worker reads it anyway, sees the deadlock and fails carol's
+    request request_deadlocked at once; alice answers, bob gets it."""
+    redis, namespaces = backend
+    (ns,) = namespaces(1)
+
+    async def alice(turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+        note = await host.call("messages.request", {
+            "recipient": {"kind": "agent", "agentId": "carol"}, "payload": {}})
+        return note.to_wire()
+
+    host = make_host(redis, ns, {"bob": ask("alice", {}), "alice": alice,
+                                 "carol": answer("unreachable")},
+                     max_jobs=1, max_in_flight=1, request_timeout_s=8, turn_timeout_s=6)
+    await put(host, send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"),
+              *(invoke_grant(ns, who) for who in ("bob", "alice", "carol")))
+    worker = StreamWorker(host, block_ms=100)
+    async with host, anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        began = time.monotonic()
+        with anyio.fail_after(10):
+            result = await host.start_turn("bob", {}, purpose="p")
+        elapsed = time.monotonic() - began
+        worker.stop()
+    to_carol = result.output["output"]  # type: ignore[index]
+    assert to_carol["status"] == "failed", result.output
+    assert to_carol["error"]["details"] == {"outcome": "request_deadlocked"}
+    assert elapsed < 4, elapsed  # carol's deadline (alice's turn) is 6 s away
