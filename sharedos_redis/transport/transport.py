@@ -42,7 +42,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 
-from ..errors import AuditUnavailable, ContractError, StoreUnavailable
+from ..errors import AuditUnavailable, StoreUnavailable
 from ..faults import fault_point
 from ..kernel.audit import audit_event
 from ..kernel.contracts import (
@@ -248,7 +248,7 @@ class RedisStreamTransport:
                 "deadlineMs": value, "replayed": True, **_turn_fields()})
         if status != "accepted":
             self._disarm(armed, context.namespace_id, envelope.id)
-            return await self._refuse(context, envelope, status, stamp)
+            return self._refuse(envelope, status, stamp)
         fault_point("accept.after")
         await self._wake(context.namespace_id, envelope.id)
         return DeliveryAccepted(message_id=envelope.id, timestamp=stamp, metadata={
@@ -343,20 +343,12 @@ class RedisStreamTransport:
             return
         reservation.released = True
 
-    async def _refuse(
-        self, context: AccessContext, envelope: MessageEnvelope, status: str, stamp: str
-    ) -> DeliveryDenied:
+    @staticmethod
+    def _refuse(envelope: MessageEnvelope, status: str, stamp: str) -> DeliveryDenied:
+        """The receipt of a refusal (the script audited it as ``message.refused``)."""
         code = cast(ReasonCode, status if status in REASON_CODES else "message_delivery_failed")
-        message = _REFUSALS.get(status, "refused")
-        try:
-            await self._audit.record(audit_event(
-                context, "message.refused", "denied", at=stamp,
-                message_id=envelope.id, receiver=envelope.receiver, reason=code))
-        except (AuditUnavailable, ContractError) as exc:
-            # The refusal stands either way; nothing was written for the message.
-            _log.warning("refusal of %s not audited: %s", envelope.id, type(exc).__name__)
         return DeliveryDenied(message_id=envelope.id, timestamp=stamp,
-                              error=_error(code, message))
+                              error=_error(code, _REFUSALS.get(status, "refused")))
 
     async def _wake(self, namespace: str, message_id: str) -> None:
         if self._on_accepted is None:

@@ -82,7 +82,7 @@ async def test_the_same_call_of_a_later_attempt_re_attaches_and_spends_nothing(
     assert await _records(redis, keys) == [
         {"accepted": 1}, {"sent": 1},
         {"released": 1, "reason": "replay_attached"},
-        {"accepted": 1, "type": "message.replayed",
+        {"accepted": 1, "type": "message.replayed", "outcome": "succeeded",
          "metadata": {"state": "accepted", "attempt": 2}},
         {"sent": 1}]
 
@@ -122,7 +122,10 @@ async def test_a_changed_call_is_a_replay_conflict_that_writes_nothing(
     assert await redis.get(keys.budget("trace-1")) == b"4"
     assert await redis.hget(keys.usage, "g-1") == b"1"
     assert await redis.xlen(keys.outbox) == 1
-    assert (await _records(redis, keys))[2:] == [{"released": 1, "reason": "replay_conflict"}]
+    assert (await _records(redis, keys))[2:] == [
+        {"released": 1, "reason": "replay_conflict"},
+        {"accepted": 1, "type": "message.refused", "outcome": "denied",
+         "reason": "replay_conflict"}]
 
 
 async def test_a_root_request_with_a_taken_id_stays_a_duplicate(
@@ -161,7 +164,9 @@ async def test_a_stale_attempt_is_fenced_before_it_accepts_or_re_attaches(
     assert not await redis.exists(keys.message("c-2"))
     assert await redis.get(keys.budget("trace-1")) == b"4"
     assert await redis.hget(keys.usage, "g-1") == b"0"  # the reserved use given back once
+    refused = {"accepted": 1, "type": "message.refused", "outcome": "denied",
+               "reason": "turn_lease_lost"}
     assert (await _records(redis, keys))[audit:] == [
-        {"released": 1, "reason": "turn_lease_lost"}]
+        {"released": 1, "reason": "turn_lease_lost"}, refused, refused]
     assert await redis.xlen(keys.outbox) == 1
     assert await keyspace() == set(before) | {keys.usage}  # nothing new for the message

@@ -38,6 +38,11 @@ def _accept_args(
     )
 
 
+def _refused(code: str) -> dict[str, object]:
+    """The message.refused record the script derives from the accepted one (``{"audit":1}``)."""
+    return {"audit": 1, "type": "message.refused", "outcome": "denied", "reason": code}
+
+
 async def test_accept_request_spends_then_refuses_without_writing(
     redis: Redis, ns: str, keys: Keys, keyspace: Keyspace
 ) -> None:
@@ -50,7 +55,9 @@ async def test_accept_request_spends_then_refuses_without_writing(
     assert duplicate == [b"duplicate_message", -1]
     assert not await redis.exists(keys.message("m-3"))
     assert await redis.xlen(keys.outbox) == 2
-    assert await redis.xlen(keys.audit) == 2
+    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    assert records == [{"audit": 1}, {"audit": 1}, _refused("budget_exhausted"),
+                       _refused("duplicate_message")]  # every refusal audited, in the script
     assert 0 < await redis.pttl(keys.budget("trace-1")) <= 5_000
     assert len(await keyspace()) == 7  # 2 markers, budget, open, outbox, audit, trace index
 
@@ -69,12 +76,15 @@ async def test_accept_request_gives_back_a_reserved_use_when_it_refuses(
     assert await redis.hget(keys.usage, "g-1") == b"1"  # only the admitted use stays spent
     records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
     assert records == [{"audit": 1}, {"released": 1, "reason": "budget_exhausted"},
-                       {"released": 1, "reason": "duplicate_message"}]
+                       _refused("budget_exhausted"),
+                       {"released": 1, "reason": "duplicate_message"},
+                       _refused("duplicate_message")]
     await redis.hset(keys.usage, "g-1", 0)
     assert await scripts.call("accept_request", *_accept_args(
         ns, "m-1", grant_id="g-1")) == [b"duplicate_message", -1]
-    assert await redis.hget(keys.usage, "g-1") == b"0"  # never below zero, nothing recorded
-    assert await redis.xlen(keys.audit) == 3
+    assert await redis.hget(keys.usage, "g-1") == b"0"  # never below zero, no use released
+    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    assert records[5:] == [_refused("duplicate_message")]  # only the refusal recorded
 
 
 async def test_release_grant_use_gives_back_one_use_with_its_record(
@@ -98,7 +108,7 @@ async def test_accept_request_fails_closed_on_a_corrupt_budget(
     await redis.set(keys.budget("trace-1"), "lots")
     result = await Scripts(redis).call("accept_request", *_accept_args(ns))
     assert result == [b"budget_exhausted", 0]
-    assert await keyspace() == {keys.budget("trace-1")}
+    assert await keyspace() == {keys.budget("trace-1"), keys.audit}  # its refusal record
 
 
 async def test_dispatch_request_moves_only_accepted_markers(

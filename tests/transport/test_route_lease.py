@@ -65,8 +65,12 @@ async def test_the_script_refuses_unrouted_recipients_and_gives_the_use_back(
     assert not await redis.exists(keys.budget("trace-1"), keys.outbox, keys.open,
                                   keys.trace("trace-1"), *(keys.message(f"m-{to}") for to in (
                                       "agent:alice", "group:ops", "agent:carol")))
-    released = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    released = [r for r in records if r.get("type") != "message.refused"]
     assert [r.get("reason") for r in released] == ["route_unavailable"]  # one use to give
+    refused = [r["reason"] for r in records if r.get("type") == "message.refused"]
+    assert refused == ["route_unavailable", "route_not_agent", "route_not_agent",
+                       "route_unavailable"]  # every refusal audited, in the script
     await serve(redis, ns, "alice")
     accepted = await scripts.call("accept_request", *_routed(ns, "m-ok", "agent:alice"))
     assert accepted == [b"accepted", 1]

@@ -2,9 +2,10 @@
 -- Atomically: write the decision's before-effect audit records; refuse a duplicate id;
 -- spend one hop of the trace budget; write the marker hash (with its parent and replay
 -- fingerprint); index it by deadline and in its trace; append the outbox entry and the
--- audit records of the accept. A refusal writes nothing for the message; when the request
--- carries a reserved grant use (a.grant non-empty) the refusal gives that use back and
--- records it (grant.usage.released, reason = the refusal's code), atomically.
+-- audit records of the accept. A refusal writes nothing for the message but its
+-- message.refused record (ARGV[4] retyped, reason = the code); when the request carries a
+-- reserved grant use (a.grant non-empty) the refusal gives that use back and records it
+-- (grant.usage.released, reason = the refusal's code), atomically.
 -- KEYS[1] marker hash   sos:{ns}:msg:<id>
 -- KEYS[2] budget        sos:{ns}:budget:<trace>   (string int, hops left)
 -- KEYS[3] open index    sos:{ns}:open             (zset, score = deadline ms)
@@ -61,9 +62,20 @@ local function release(reason)
   end
 end
 
--- refuse(code, hops): give back the reserved use (with its record) and return the refusal
+-- retyped(type, outcome, reason, metadata): ARGV[4] (the message.accepted record) as
+-- another record of the same request (its event id is free: exactly one is ever written)
+local function retyped(etype, outcome, reason, metadata)
+  local record = cjson.decode(ARGV[4])
+  record['type'], record['outcome'] = etype, outcome
+  record['reason'], record['metadata'] = reason, metadata
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', cjson.encode(record))
+end
+
+-- refuse(code, hops): give back the reserved use (with its record), audit the refusal
+-- (message.refused, reason = code) and return it
 local function refuse(code, hops)
   release(code)
+  retyped('message.refused', 'denied', code, nil)
   return {code, hops}
 end
 
@@ -80,10 +92,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   local seen = redis.call('HMGET', KEYS[1], 'parent', 'fp', 'deadline', 'state')
   if seen[1] ~= a.parent or seen[2] ~= a.fp then return refuse('replay_conflict', -1) end
   release('replay_attached')
-  local record = cjson.decode(ARGV[4])
-  record['type'] = 'message.replayed'
-  record['metadata'] = {state = seen[4], attempt = tonumber(a.attempt)}
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', cjson.encode(record))
+  retyped('message.replayed', 'succeeded', nil,
+    {state = seen[4], attempt = tonumber(a.attempt)})
   for i = decided + 1, #ARGV do
     redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
   end
