@@ -65,9 +65,11 @@ end
 -- lease (the fencing check of a turn's own effects), or nil when it does or when
 -- ``token`` is "" (an unfenced caller: router cancel, reconciler, dead-lettering).
 -- The cause is 'attempt' when another attempt has claimed the request since, else the
--- state it left 'running' for under this attempt (cancelled, timed_out, dispatched...).
+-- state it left 'running' for under this attempt (cancelled, timed_out, dispatched...),
+-- 'missing' when the record is gone.
 local function lease_lost(state, attempts, token)
   if token == nil or token == '' then return nil end
+  if not state then return 'missing' end
   if tonumber(attempts or '0') > tonumber(token) then return 'attempt' end
   if state ~= 'running' or attempts ~= token then return state end
   return nil

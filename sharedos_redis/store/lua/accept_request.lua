@@ -82,9 +82,7 @@ end
 -- fence (issue 12): only the attempt holding the parent's turn may cause its effects
 if a.attempt ~= '' then
   local turn = redis.call('HMGET', KEYS[8], 'state', 'attempts')
-  if turn[1] ~= 'running' or turn[2] ~= a.attempt then
-    return refuse('turn_lease_lost', -1)
-  end
+  if lease_lost(turn[1], turn[2], a.attempt) then return refuse('turn_lease_lost', -1) end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if a.parent == '' then return refuse('duplicate_message', -1) end
