@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Self
 
@@ -36,6 +37,7 @@ from ..store.keys import TERMINAL_STATES
 from ..store.markers import FailureState, MarkerStore, Settlement
 from .inspection import PendingRequest, SettledRequest, list_pending, list_recent, read_timeline
 from .listener import Settled, SettledListener, WaitSlot, guarded
+from .tree import DelegationTree, read_tree
 
 __all__ = ["RedisRequestRouter", "RouterSettings"]
 
@@ -226,6 +228,8 @@ class RedisRequestRouter:
             lambda: self.markers.settle_failure(ns, mid, state="timed_out",
                                                 code="request_timed_out"))
         if settlement.settled:
+            with contextlib.suppress(SharedOSError):  # else the reconciler's sweep does it
+                await self.markers.cascade(ns, mid)
             raise RequestTimedOut(mid)
         view = await self._durable(ns, mid)  # lost the race to a real settlement
         if view is None:  # the settle call above removed its id from the indexes
@@ -233,6 +237,27 @@ class RedisRequestRouter:
         if view[0].state not in TERMINAL_STATES:
             raise UnknownMessage(ns, mid)
         return _outcome(mid, view[0])
+
+    @contextlib.asynccontextmanager
+    async def watch_end(self, namespace: str, message_id: str) -> AsyncIterator[WaitSlot | None]:
+        """A wake-up for any settlement of ``message_id`` while the block runs (a worker
+        learns that the request its turn answers ended: a cancel, a timeout, a cascade).
+        The wake-up is a hint to confirm durably (anyone able to XADD could forge one).
+        Yields None when the router is not running or the stream cannot be read now."""
+        listener = self._listener
+        if listener is None:
+            yield None
+            return
+        watching = listener.watch(namespace, message_id)
+        try:
+            slot = await watching.__aenter__()
+        except StoreUnavailable:
+            yield None
+            return
+        try:
+            yield slot
+        finally:
+            await watching.__aexit__(None, None, None)
 
     def expect(self, namespace: str, message_id: str) -> bool:
         """Arm the waiter of a request about to be accepted (the transport's
@@ -261,8 +286,7 @@ class RedisRequestRouter:
                 if state != "running" or attempts != attempt:
                     return
             await guarded(self._limiter, self._timeout_s, "cancel",
-                          lambda: self.markers.settle_failure(ns, mid, state="cancelled",
-                                                              code="request_cancelled"))
+                          lambda: self.cancel(ns, mid))
 
     async def settle_reply(self, namespace: str,
                            reply: MessageEnvelope | dict[str, Any]) -> Settlement:
@@ -299,12 +323,25 @@ class RedisRequestRouter:
 
     async def cancel(self, namespace: str, message_id: str) -> Settlement:
         """Cancel an open request (``cancelled``, ``request_cancelled``); its waiter wakes.
+        Its open descendants are cancelled too (``request_cascade_cancelled``), at once.
 
         Raises:
             StoreUnavailable: Redis failed.
         """
-        return await self.markers.settle_failure(namespace, message_id, state="cancelled",
-                                                 code="request_cancelled")
+        settlement = await self.markers.settle_failure(namespace, message_id, state="cancelled",
+                                                       code="request_cancelled")
+        if settlement.settled:
+            await self.markers.cascade(namespace, message_id)
+        return settlement
+
+    async def tree(self, namespace: str, trace_id: str) -> DelegationTree:
+        """The delegation tree of a trace; see :func:`.tree.read_tree` (three round trips
+        for any size).
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        return await read_tree(self._redis, namespace, trace_id)
 
     async def pending(self, namespace: str, *, state: str | None = None,
                       agent: str | None = None, older_than_s: float | None = None,

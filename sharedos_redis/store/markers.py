@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
@@ -37,7 +37,7 @@ from ..kernel.contracts import (
 from ..kernel.ids import new_id
 from .audit import RedisAuditSink, audit_fields
 from .boundary import STORE_ERRORS, store_unavailable
-from .keys import Keys, address_tag
+from .keys import OPEN_STATES, Keys, address_tag
 from .limits import (
     AUDIT_MAXLEN,
     BUDGET_TTL_S,
@@ -48,6 +48,7 @@ from .limits import (
     SETTLED_MAXLEN,
 )
 from .scripts import Scripts
+from .tree import cascade_cancel
 
 __all__ = ["EXPIRED_CODE", "HOST_ADDRESS", "ClaimOutcome", "FailureState", "MarkerStore",
            "OpenScan", "RedriveStatus", "Settlement", "TurnClaim", "payload_bytes"]
@@ -109,11 +110,14 @@ class OpenScan:
     """One bounded slice of the open index (:meth:`MarkerStore.scan_open`).
 
     ``stale``: ids stuck in a state longer than its cutoff; ``next_start``: the rank
-    the next slice starts at (``None`` once the end of the index was reached).
+    the next slice starts at (``None`` once the end of the index was reached);
+    ``orphans``: open id → its parent's id, for parents that ended or whose record is
+    gone (the cascade missed them: a process died between the two steps).
     """
 
     stale: list[str]
     next_start: int | None
+    orphans: dict[str, str] = field(default_factory=dict)
 
 
 def payload_bytes(payload: object) -> int:
@@ -433,18 +437,34 @@ class MarkerStore:
         ids = [_text(raw_id) for raw_id in raw_ids]
         pipe = self._redis.pipeline(transaction=False)
         for mid in ids:
-            pipe.hmget(k.message(mid), ["state", "updated"])
+            pipe.hmget(k.message(mid), ["state", "updated", "parent"])
         rows = await self._io("scan", pipe.execute()) if ids else []
-        stale, missing = list[str](), list[str]()
-        for mid, (raw_state, updated) in zip(ids, rows, strict=True):
+        stale, missing, parents = list[str](), list[str](), dict[str, str]()
+        for mid, (raw_state, updated, parent) in zip(ids, rows, strict=True):
             state, age = _text(raw_state), now - int(updated or now)
             if not state:
                 missing.append(mid)
-            elif state in older_than_ms and age >= older_than_ms[state]:
+                continue
+            if state in older_than_ms and age >= older_than_ms[state]:
                 stale.append(mid)
+            if parent:
+                parents[mid] = _text(parent)
         await self.forget(namespace, missing)
         next_start = start + count - len(missing) if len(ids) == count else None
-        return OpenScan(stale=stale, next_start=next_start)
+        return OpenScan(stale=stale, next_start=next_start,
+                        orphans=await self._orphans(namespace, parents))
+
+    async def _orphans(self, namespace: str, parents: dict[str, str]) -> dict[str, str]:
+        """The entries of ``parents`` (open id → parent id) whose parent ended or is gone."""
+        if not parents:
+            return {}
+        k = Keys(namespace)
+        pipe = self._redis.pipeline(transaction=False)
+        for parent in parents.values():
+            pipe.hget(k.message(parent), "state")
+        states = await self._io("scan", pipe.execute())
+        return {mid: parent for (mid, parent), state in zip(parents.items(), states, strict=True)
+                if _text(state) not in OPEN_STATES}
 
     async def redrive(self, namespace: str, message_id: str, *, deadline_ms: int,
                       trace_id: str, default_hops: int = DEFAULT_HOPS,
@@ -490,6 +510,18 @@ class MarkerStore:
         return [{"stream_id": _text(entry_id),
                  **{_text(key): _text(value) for key, value in fields.items()}}
                 for entry_id, fields in entries]
+
+    async def cascade(self, namespace: str, message_id: str) -> list[str]:
+        """Cancel the open descendants of the ended request ``message_id``; see
+        :func:`~sharedos_redis.store.tree.cascade_cancel`. Returns the ids cancelled.
+
+        Raises:
+            StoreUnavailable: Redis failed.
+        """
+        return await cascade_cancel(
+            self._redis, namespace, message_id, retention_ms=self._retention_ms,
+            settled_maxlen=self._settled_maxlen, audit_maxlen=self._audit_maxlen,
+            now=self._now_arg(), at=self._at())
 
     async def fields(self, namespace: str, message_id: str,
                      names: tuple[str, ...]) -> list[str | None]:

@@ -13,7 +13,11 @@ many reconcilers may run at once. One pass:
    script re-runs them with attempt + 1, or dead-letters them at ``max_attempts``;
 5. ``dispatched`` requests whose turn never started (job lost), and ``accepted`` ones
    that lost their outbox entry, are woken again (a sweep of the open index that starts
-   once per ``claim_idle_s`` and reads one slice per pass).
+   once per ``claim_idle_s`` and reads one slice per pass); the same sweep cancels open
+   requests whose parent ended without its cascade (a process died in between).
+
+A request that times out here cancels its open descendants in the same pass
+(``request_cascade_cancelled``, see :func:`~sharedos_redis.store.tree.cascade_cancel`).
 
 Every step reads at most ``STEP_LIMIT`` index entries per pass, so a pass stays
 bounded however large the indexes are. Ids whose record expired or was evicted
@@ -36,6 +40,7 @@ from ..errors import SharedOSError
 from ..faults import fault_point
 from ..observability import telemetry
 from ..store.boundary import Backoff
+from ..store.tree import CASCADE_CODE
 from ..transport.relay import OutboxRelay
 from .host import MessagingHost
 
@@ -64,11 +69,13 @@ class Reconciler:
         """One pass; returns how many requests each step touched."""
         host, ns = self.host, self.host.namespace
         counts = {"claimed": await self.relay.claim_stale(), "timed_out": 0,
-                  "rerun": 0, "rewoken": 0}
+                  "cascaded": 0, "rerun": 0, "rewoken": 0}
         for message_id in await host.markers.overdue(ns, limit=STEP_LIMIT):
             settlement = await host.markers.settle_failure(
                 ns, message_id, state="timed_out", code="request_timed_out")
             counts["timed_out"] += int(settlement.settled)
+            if settlement.settled:
+                counts["cascaded"] += len(await host.markers.cascade(ns, message_id))
         fault_point("reconciler.between")
         if host.settings.route_check:  # before re-running expired leases: none could run
             counts["unrouted"] = await self._fail_unrouted()
@@ -76,11 +83,12 @@ class Reconciler:
             await self.rewake(ns, message_id, "lease")
             counts["rerun"] += 1
         if self._sweep_start is not None or time.monotonic() >= self._next_stale_scan:
-            counts["rewoken"] = await self._rewake_stale()
+            counts["rewoken"], orphans = await self._rewake_stale()
+            counts["cascaded"] += await self._end_orphans(orphans)
         telemetry().reconciled(ns, counts)
         return counts
 
-    async def _rewake_stale(self) -> int:
+    async def _rewake_stale(self) -> tuple[int, dict[str, str]]:
         """Wake requests stuck in ``dispatched`` (job lost) or ``accepted`` with no outbox
         entry: one ``STEP_LIMIT`` slice of the open index per pass; a sweep over the whole
         index starts once per ``claim_idle_s``."""
@@ -94,7 +102,22 @@ class Reconciler:
         self._sweep_start = page.next_start
         for message_id in page.stale:
             await self.rewake(ns, message_id, "stale")
-        return len(page.stale)
+        return len(page.stale), page.orphans
+
+    async def _end_orphans(self, orphans: dict[str, str]) -> int:
+        """Cancel open requests whose parent ended without cascading (a process died
+        between the settlement and its cascade): cascade from the parent, or, when the
+        parent's record is gone, end the orphan itself and cascade from it."""
+        markers, ns, cancelled = self.host.markers, self.host.namespace, 0
+        for message_id, parent in orphans.items():
+            done = await markers.cascade(ns, parent)
+            if message_id not in done:
+                settlement = await markers.settle_failure(ns, message_id, state="cancelled",
+                                                          code=CASCADE_CODE)
+                if settlement.settled:
+                    done = [message_id, *await markers.cascade(ns, message_id)]
+            cancelled += len(done)
+        return cancelled
 
     async def _fail_unrouted(self) -> int:
         """Fail waiting requests to agents no live worker serves (``route_unavailable``).

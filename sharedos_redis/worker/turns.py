@@ -35,6 +35,8 @@ from ..kernel.contracts import (
 )
 from ..kernel.ids import new_id
 from ..observability import telemetry
+from ..router.listener import WaitSlot
+from ..store.keys import TERMINAL_STATES
 from ..store.markers import Settlement, TurnClaim
 from ..transport.deadlines import deadline_scope
 from ..transport.turn_scope import TurnScope, turn_scope
@@ -130,6 +132,8 @@ class TurnRunner:
         finally:
             self._claiming -= 1
             self._wake_drain()
+        if claim.outcome == "dead":  # dead-lettered by this claim: end its open descendants
+            await host.markers.cascade(namespace, message_id)
         if claim.outcome != "claimed" or claim.request is None:
             return claim.outcome
         if not self.accepting:  # a drain began during the claim: nothing ran, hand it back
@@ -170,8 +174,9 @@ class TurnRunner:
                            active: _Active) -> str:
         namespace = self.host.namespace
         result, lost = await self._run_leased(claim, request, active)
-        if lost:  # another attempt holds the lease: nothing of ours to settle or hand back
-            return "lease_lost"
+        if lost:  # ended, or another attempt holds the lease: nothing of ours to settle
+            state, = await self.host.markers.fields(namespace, request.id, ("state",))
+            return "request_closed" if state in TERMINAL_STATES else "lease_lost"
         if result is None:  # stopped by a drain
             return await self._hand_back(request.id, claim.attempt, active)
         fault_point("turn.before_settle")
@@ -197,7 +202,11 @@ class TurnRunner:
 
                 async def renew() -> None:
                     nonlocal lost
-                    lost = not await self._renew_until_lost(request.id, claim.attempt)
+                    # the request ending under the turn (cancel, timeout, cascade) wakes the
+                    # renewal at once; the renewal then fails and the turn is stopped
+                    async with host.router.watch_end(host.namespace, request.id) as ended:
+                        lost = not await self._renew_until_lost(request.id, claim.attempt,
+                                                                ended)
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(renew)
@@ -211,8 +220,11 @@ class TurnRunner:
                 tg.cancel_scope.cancel()
         return (None if lost else result), lost
 
-    async def _renew_until_lost(self, message_id: str, attempt: int) -> bool:
-        """Renew the lease every third of it; returns False once another attempt holds it.
+    async def _renew_until_lost(self, message_id: str, attempt: int,
+                                ended: WaitSlot | None = None) -> bool:
+        """Renew the lease every third of it, and at once when ``ended`` wakes (a
+        settlement of the request was seen); returns False once the request ended or
+        another attempt holds it.
 
         A watchdog: waking late means the event loop was blocked (a runtime calling
         blocking code); that is logged as a WARNING naming the turn and how late. When
@@ -225,9 +237,15 @@ class TurnRunner:
         renewed = time.monotonic()
         while True:
             slept = time.monotonic()
-            await anyio.sleep(period)
+            woken_by = None if ended is None else ended.event
+            with anyio.move_on_after(period) as waited:
+                await (anyio.sleep_forever() if woken_by is None else woken_by.wait())
+            hinted = False
+            if ended is not None and woken_by is not None and woken_by.is_set():
+                hinted = True  # a settlement entry is only a hint: the renewal confirms it
+                ended.rearm(woken_by)
             late_s = time.monotonic() - slept - period
-            if late_s > max(_LATE_S, period / 2):
+            if waited.cancelled_caught and late_s > max(_LATE_S, period / 2):
                 self._warn_late(message_id, attempt, late_s,
                                 expired=time.monotonic() - renewed >= s.lease_s)
             try:
@@ -242,8 +260,12 @@ class TurnRunner:
                             message_id, s.lease_s)
                 return False
             if not ok:
-                log.warning("turn %s/%s attempt %d lost its lease to another attempt: "
-                            "stopping it", host.namespace, message_id, attempt)
+                if hinted:
+                    log.info("turn %s/%s attempt %d: its request ended; stopping it",
+                             host.namespace, message_id, attempt)
+                else:
+                    log.warning("turn %s/%s attempt %d lost its lease to another attempt: "
+                                "stopping it", host.namespace, message_id, attempt)
                 return False
             renewed = time.monotonic()
 
