@@ -3,8 +3,9 @@
 Owns ``TraceNode``, ``DelegationTree`` and ``read_tree``. The records come from
 :mod:`sharedos_redis.store.tree` (the trace index and one pipeline of HMGETs, two round
 trips for any size); parents are the records' ``parent`` fields, children are ordered
-by accept time. A request whose record is gone (retention passed) is left out; a
-request whose parent is left out is shown as a root. Imports no arq.
+by accept time (ties within a millisecond by their turn's call order). A request whose
+record is gone (retention passed) is left out; a request whose parent is left out is
+shown as a root. Imports no arq (its one transport import, ``child_id``, is pure).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 from ..store.keys import Keys
 from ..store.scripts import Scripts
 from ..store.tree import RequestRecord, read_trace
+from ..transport.turn_scope import child_id
 
 __all__ = ["DelegationTree", "TraceNode", "read_tree"]
 
@@ -58,6 +60,13 @@ class DelegationTree(BaseModel):
             stack.extend((depth + 1, by_id[c]) for c in reversed(node.children))
 
 
+def _in_call_order(parent: str, found: list[RequestRecord]) -> list[RequestRecord]:
+    """Siblings by accept time; those accepted in the same millisecond by the order their
+    turn made them (a nested id is ``child_id(parent, k)`` for the k-th call)."""
+    call = {child_id(parent, k): k for k in range(1, 2 * len(found) + 16)}
+    return sorted(found, key=lambda c: (c.created_ms, call.get(c.id, len(call) + 1)))
+
+
 async def read_tree(redis: Redis, namespace: str, trace_id: str) -> DelegationTree:
     """The delegation tree of ``trace_id`` (empty when the trace is unknown or expired).
 
@@ -66,10 +75,12 @@ async def read_tree(redis: Redis, namespace: str, trace_id: str) -> DelegationTr
     """
     now_ms = await Scripts(redis).now_ms(Keys(namespace).open)
     records = await read_trace(redis, namespace, trace_id)
-    children: dict[str, list[str]] = {}
+    by_parent: dict[str, list[RequestRecord]] = {}
     for record in records:
         if record.parent is not None:
-            children.setdefault(record.parent, []).append(record.id)
+            by_parent.setdefault(record.parent, []).append(record)
+    children = {parent: [c.id for c in _in_call_order(parent, found)]
+                for parent, found in by_parent.items()}
     nodes = tuple(TraceNode(**record.model_dump(), duration_ms=record.lasted_ms(now_ms),
                             children=tuple(children.get(record.id, ())))
                   for record in records)

@@ -26,6 +26,7 @@ from ..console.command import console
 from ..errors import ConfigurationError, ContractError, SharedOSError
 from ..kernel.contracts import checked_namespace_id, service
 from ..router.router import RedisRequestRouter
+from ..router.tree import DelegationTree
 from ..store.audit import RedisAuditSink
 from ..store.boundary import STORE_ERRORS, store_errors, store_unavailable
 from ..store.budget import TraceBudget
@@ -36,6 +37,7 @@ from .logs import LogFormat, configure_logging
 from .loop import run as run_loop
 from .printable import printable
 from .redrive import redrive_request
+from .tree_view import render_links, render_tree
 
 __all__ = ["main"]
 
@@ -271,15 +273,21 @@ def recent(obj: _Ctx, limit: int, as_json: bool) -> None:
 @main.command()
 @click.argument("message_id", required=False)
 @click.option("--last", is_flag=True, help="The most recently settled request.")
+@click.option("--trace", "trace_id", default=None, help="The whole delegation tree of a trace.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def show(obj: _Ctx, message_id: str | None, last: bool, as_json: bool) -> None:
-    """Print one request's timeline from the audit stream (MESSAGE_ID or --last)."""
+def show(obj: _Ctx, message_id: str | None, last: bool, trace_id: str | None,
+         as_json: bool) -> None:
+    """Print one request's timeline from the audit stream, with its parent and children
+    (MESSAGE_ID or --last), or a trace's delegation tree (--trace)."""
     namespace = obj.need_namespace()
-    if last == (message_id is not None):
-        raise click.UsageError("give either MESSAGE_ID or --last")
+    if sum((last, message_id is not None, trace_id is not None)) != 1:
+        raise click.UsageError("give one of MESSAGE_ID, --last or --trace")
+    if trace_id is not None:
+        _show_trace(obj, namespace, trace_id, as_json)
+        return
 
-    async def job(redis: Redis) -> list[dict[str, Any]] | None:
+    async def job(redis: Redis) -> tuple[list[dict[str, Any]], list[str]] | None:
         router = RedisRequestRouter(redis)
         wanted = message_id
         if wanted is None:
@@ -288,11 +296,15 @@ def show(obj: _Ctx, message_id: str | None, last: bool, as_json: bool) -> None:
                 return None
             wanted = newest[0].id
         events = await router.timeline(namespace, wanted)
-        return [event.to_wire() for event in events]
+        trace, = await router.markers.fields(namespace, wanted, ("trace",))
+        tree = await router.tree(namespace, trace) if trace else None
+        links = [] if tree is None else render_links(tree, wanted)
+        return [event.to_wire() for event in events], links
 
-    events = obj.run(job)
-    if events is None:
+    found = obj.run(job)
+    if found is None:
         _fail(f"no settled request in namespace {namespace!r}", code=1)
+    events, links = found
     if as_json:
         click.echo(json.dumps(events, indent=2))
         return
@@ -301,7 +313,22 @@ def show(obj: _Ctx, message_id: str | None, last: bool, as_json: bool) -> None:
              "reason": e.get("reason", ""),
              "detail": json.dumps(e.get("metadata", {}), separators=(",", ":"))
              if e.get("metadata") else ""} for e in events]
+    for line in links:
+        click.echo(line)
     click.echo(_table(rows, ["at", "event", "outcome", "actor", "reason", "detail"]))
+
+
+def _show_trace(obj: _Ctx, namespace: str, trace_id: str, as_json: bool) -> None:
+    async def job(redis: Redis) -> DelegationTree:
+        return await RedisRequestRouter(redis).tree(namespace, trace_id)
+
+    tree = obj.run(job)
+    if as_json:
+        click.echo(json.dumps(tree.model_dump(mode="json"), indent=2))
+        return
+    if not tree.nodes:
+        _fail(f"no request of trace {trace_id!r} in namespace {namespace!r}", code=1)
+    click.echo("\n".join(render_tree(tree)))
 
 
 @main.command("dead-letters")
