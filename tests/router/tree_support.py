@@ -51,14 +51,17 @@ async def _accept(transport: RedisStreamTransport, ns: str, trace: str, sender: 
 
 async def build_tree(redis: Redis, ns: str, trace: str, fanout: list[int], *,
                      root_id: str = "root", root_purpose: str = "plan the week",
-                     purpose: str = "step") -> Built:
+                     purpose: str = "step", root_timeout_s: float = 60) -> Built:
     """A tree whose level ``d`` nodes each ask ``fanout[d]`` agents (the last level's
     fan-outs are cut so ``fanout`` may describe a partial level: a negative entry
-    ``-n`` means n children in total on that level, spread from the left)."""
+    ``-n`` means n children in total on that level, spread from the left). The root's
+    deadline is ``root_timeout_s`` away, its descendants' 60 s."""
     transport = RedisStreamTransport(redis, settings=TransportSettings(default_budget_hops=500))
+    first = RedisStreamTransport(redis, settings=TransportSettings(
+        default_budget_hops=500, request_timeout_s=root_timeout_s))
     markers = MarkerStore(redis)
     built = Built()
-    root = await _accept(transport, ns, trace, "bob", "a0", root_purpose, root_id)
+    root = await _accept(first, ns, trace, "bob", "a0", root_purpose, root_id)
     built.ids.append(root_id)
     built.parent[root_id], built.envelope[root_id] = None, root
     level = [root_id]
