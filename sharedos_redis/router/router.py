@@ -35,6 +35,7 @@ from ..errors import (
 from ..kernel.contracts import AccessContext, AuditEvent, MessageDeliveryResult, MessageEnvelope
 from ..store.keys import TERMINAL_STATES
 from ..store.markers import FailureState, MarkerStore, Settlement
+from ..transport.turn_scope import current_turn
 from .inspection import PendingRequest, SettledRequest, list_pending, list_recent, read_timeline
 from .listener import Settled, SettledListener, WaitSlot, guarded
 from .tree import DelegationTree, read_tree
@@ -286,7 +287,19 @@ class RedisRequestRouter:
                 if state != "running" or attempts != attempt:
                     return
             await guarded(self._limiter, self._timeout_s, "cancel",
-                          lambda: self.cancel(ns, mid))
+                          lambda: self._end_abandoned(ns, mid))
+
+    async def _end_abandoned(self, ns: str, mid: str) -> None:
+        """Cancel a request nobody waits for any more: as a cascade when the waiter was a
+        turn stopped because its own request ended (the cascade from that request may
+        still be on its way), else as ``request_cancelled`` (with its descendants)."""
+        turn = current_turn.get()
+        if turn is not None and turn.namespace == ns:
+            state, = await self.markers.fields(ns, turn.request_id, ("state",))
+            if state in TERMINAL_STATES:
+                await self.markers.cascade(ns, turn.request_id)
+                return
+        await self.cancel(ns, mid)
 
     async def settle_reply(self, namespace: str,
                            reply: MessageEnvelope | dict[str, Any]) -> Settlement:

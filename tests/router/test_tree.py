@@ -17,7 +17,7 @@ from sharedos_redis.store.tree import CASCADE_CODE
 from sharedos_redis.transport.turn_scope import child_id
 
 from ..support import drop_namespace
-from .tree_support import build_tree, reply
+from .tree_support import build_tree, reply, reply_refused
 
 pytestmark = pytest.mark.anyio
 
@@ -112,6 +112,9 @@ async def test_cancelling_the_root_cancels_every_open_descendant(redis: Redis, n
     assert cascaded[leaf].actor == built.envelope[leaf].sender
     settled = [f for _, f in await redis.xrange(k.settled)]
     assert sum(f.get(b"result") == CASCADE_CODE.encode() for f in settled) == len(states)
+    # a turn that finishes after its request was cascaded settles nothing
+    late = await reply_refused(redis, ns, built.envelope[leaf])
+    assert (late.code, late.state) == ("request_closed", "cancelled")
 
 
 async def test_a_cascade_reaches_only_the_ended_requests_subtree(redis: Redis, ns: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import MessageEnvelope, agent, format_timestamp
-from sharedos_redis.store.markers import MarkerStore
+from sharedos_redis.store.markers import MarkerStore, Settlement
 from sharedos_redis.transport.transport import RedisStreamTransport, TransportSettings
 from sharedos_redis.transport.turn_scope import TurnScope, turn_scope
 
@@ -91,9 +91,14 @@ async def build_tree(redis: Redis, ns: str, trace: str, fanout: list[int], *,
 
 async def reply(redis: Redis, ns: str, request: MessageEnvelope) -> None:
     """Settle ``request`` with its recipient's correct reply."""
+    settlement = await reply_refused(redis, ns, request)
+    assert settlement.settled, settlement
+
+
+async def reply_refused(redis: Redis, ns: str, request: MessageEnvelope) -> Settlement:
+    """Try to settle ``request`` with its recipient's correct reply; the settlement."""
     answer = MessageEnvelope(id=f"r-{request.id}", sender=request.receiver,
                              receiver=request.sender, purpose=request.purpose,
                              trace_id=request.trace_id, payload={"done": True},
                              created_at=format_timestamp(), reply_to=request.id)
-    settlement = await MarkerStore(redis).settle_reply(ns, answer)
-    assert settlement.settled, settlement
+    return await MarkerStore(redis).settle_reply(ns, answer)
