@@ -1,8 +1,9 @@
 """What the console shows, read from Redis: pending requests, one request's timeline,
 a trace's delegation tree, dead letters and per-namespace health.
 
-Reads only (no script, no write). Scans the audit stream for a timeline or a tree,
-like ``sharedos-redis show``: admin paths, never hot ones.
+Reads only (no script, no write). Scans the audit stream for a timeline, like
+``sharedos-redis show``: an admin path, never a hot one; a tree is the trace index and
+its requests' records (:mod:`sharedos_redis.store.tree`, the one reader of records).
 """
 
 from __future__ import annotations
@@ -24,15 +25,14 @@ from ..kernel.contracts import AuditEvent
 from ..router.inspection import PendingRequest, list_pending
 from ..store.audit import RedisAuditSink
 from ..store.client import RedisSettings, create_redis
-from ..store.keys import RELAY_GROUP, STATES, Keys, decode_id
+from ..store.keys import RELAY_GROUP, STATES, Keys
 from ..store.markers import MarkerStore
-from .tree import TreeNode, accepted_requests, build_tree, layout
+from ..store.tree import RequestRecord, read_records, read_trace
+from .tree import Accepted, TreeNode, build_tree, layout
 
 __all__ = ["Health", "HealthPoller", "TraceTree", "dead_letters", "health", "pending",
            "request_view", "trace_tree"]
 
-_RECORD = ("state", "code", "created", "updated", "from", "to", "purpose", "trace", "deadline",
-           "attempts")
 _Record = dict[str, str | None]
 _WORKER_SEEN_MS = 60_000
 _OUTCOME_WINDOW = 1000
@@ -43,11 +43,6 @@ def _text(value: object) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _address(tag: str | None) -> str:
-    kind, _, ident = (tag or "").partition(":")
-    return f"{kind}:{decode_id(ident)}" if ident else kind
 
 
 async def _io(operation: str, call: Any) -> Any:
@@ -64,20 +59,16 @@ async def pending(redis: Redis, namespace: str, *, state: str | None, agent: str
                               older_than_s=older_than_s, limit=limit)
 
 
+def _as_record(r: RequestRecord) -> _Record:
+    return {"state": r.state, "code": r.code, "created": str(r.created_ms),
+            "updated": str(r.updated_ms), "from": r.sender, "to": r.recipient,
+            "purpose": r.purpose, "trace": r.trace_id, "deadline": str(r.deadline_ms),
+            "attempts": str(r.attempt), "parent": r.parent}
+
+
 async def _records(redis: Redis, namespace: str, ids: list[str]) -> dict[str, _Record]:
-    k = Keys(namespace)
-    pipe = redis.pipeline(transaction=False)
-    for message_id in ids:
-        pipe.hmget(k.message(message_id), list(_RECORD))
-    rows = await _io("records", pipe.execute())
-    found: dict[str, _Record] = {}
-    for message_id, row in zip(ids, rows, strict=True):
-        values = [_text(value) for value in row]
-        if values[0] is not None:
-            record = dict(zip(_RECORD, values, strict=True))
-            record["from"], record["to"] = _address(record["from"]), _address(record["to"])
-            found[message_id] = record
-    return found
+    found = await read_records(redis, namespace, ids)
+    return {mid: _as_record(record) for mid, record in found.items()}
 
 
 async def _audit(redis: Redis, namespace: str, *, trace_id: str | None = None,
@@ -115,10 +106,11 @@ class TraceTree:
 
 
 async def trace_tree(redis: Redis, namespace: str, trace_id: str) -> TraceTree:
-    """The delegation tree of ``trace_id`` (see :mod:`.tree` for how parents are found)."""
-    requests = accepted_requests(await _audit(redis, namespace, trace_id=trace_id))
-    records = await _records(redis, namespace, [r.message_id for r in requests])
-    roots = build_tree(requests, records)
+    """The delegation tree of ``trace_id`` from its requests' recorded parents (the
+    trace index and one pipeline of record reads; see :mod:`.tree`)."""
+    found = await read_trace(redis, namespace, trace_id)
+    requests = [Accepted(r.id, r.sender, r.recipient, r.parent) for r in found]
+    roots = build_tree(requests, {r.id: _as_record(r) for r in found})
     width, height = layout(roots)
     return TraceTree(roots, width, height)
 

@@ -1,18 +1,15 @@
-"""A trace's delegation tree, rebuilt from the audit stream and the request records.
+"""A trace's delegation tree, built from the request records' recorded parents.
 
-Requests do not record their parent yet, so the parent of a request is inferred:
-the latest earlier request of the same trace addressed to the request's sender
-(that sender's turn made it), else a root node for the sender (a host-started
-turn). States and durations come from the request records while they are kept.
-Laid out for an SVG picture: leaves left to right, parents centred above. Pure.
+Every request records the request whose turn made it (``parent``); a request without
+one (or whose parent's record is gone) hangs off a root node for its sender (a
+host-started turn). States and durations come from the request records. Laid out for
+an SVG picture: leaves left to right, parents centred above. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-from ..kernel.contracts import AuditEvent
 
 __all__ = ["NODE_H", "NODE_W", "Accepted", "TreeNode", "build_tree", "layout"]
 
@@ -21,11 +18,12 @@ NODE_W, NODE_H, GAP_X, GAP_Y = 190, 48, 24, 40
 
 @dataclass(frozen=True)
 class Accepted:
-    """One accepted request of the trace (from its ``message.accepted`` audit record)."""
+    """One accepted request of the trace; ``parent`` is the request whose turn made it."""
 
     message_id: str
     sender: str
     recipient: str
+    parent: str | None = None
 
 
 @dataclass
@@ -48,30 +46,16 @@ class TreeNode:
             yield from child.walk()
 
 
-def _address(event: AuditEvent) -> str:
-    return f"{event.actor.kind}:{event.actor.id}"
-
-
-def accepted_requests(events: Iterable[AuditEvent]) -> list[Accepted]:
-    """The trace's accepted requests in audit (acceptance) order."""
-    found: list[Accepted] = []
-    for event in events:
-        if event.type == "message.accepted" and event.message_id and event.receiver:
-            receiver = event.receiver
-            found.append(Accepted(event.message_id, _address(event),
-                                  f"{receiver.kind}:{receiver.id}"))
-    return found
-
-
 def build_tree(requests: Sequence[Accepted],
                records: Mapping[str, Mapping[str, str | None]]) -> list[TreeNode]:
-    """The forest of ``requests`` (usually one tree); ``records`` by message id give
-    ``state``, ``code``, ``created`` and ``updated`` (ms) where the record is kept."""
+    """The forest of ``requests`` in accept order (usually one tree); ``records`` by
+    message id give ``state``, ``code``, ``created`` and ``updated`` (ms) where the
+    record is kept."""
     roots: list[TreeNode] = []
     root_of: dict[str, TreeNode] = {}
-    latest_to: dict[str, TreeNode] = {}
+    made: dict[str, TreeNode] = {}
     for request in requests:
-        parent = latest_to.get(request.sender)
+        parent = None if request.parent is None else made.get(request.parent)
         if parent is None:
             parent = root_of.get(request.sender)
             if parent is None:
@@ -82,7 +66,7 @@ def build_tree(requests: Sequence[Accepted],
                         state=record.get("state") or "expired", code=record.get("code"),
                         duration_ms=_duration(record))
         parent.children.append(node)
-        latest_to[request.recipient] = node
+        made[request.message_id] = node
     return roots
 
 
