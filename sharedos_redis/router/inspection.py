@@ -9,7 +9,6 @@ pages, the audit stream with XRANGE pages. Imports no arq.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
@@ -18,12 +17,12 @@ from ..errors import UnknownMessage
 from ..kernel.contracts import AuditEvent
 from ..store.audit import RedisAuditSink
 from ..store.boundary import STORE_ERRORS, store_unavailable
-from ..store.keys import Keys, decode_id
+from ..store.keys import Keys
 from ..store.scripts import Scripts
+from ..store.tree import RequestRecord, read_records
 
 __all__ = ["PendingRequest", "SettledRequest", "list_pending", "list_recent", "read_timeline"]
 
-_FIELDS = ("from", "to", "purpose", "trace", "state", "created", "deadline", "attempts")
 _CHUNK = 500
 
 
@@ -74,21 +73,12 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else "" if value is None else str(value)
 
 
-def _address(tag: str) -> str:
-    kind, _, ident = tag.partition(":")
-    return f"{kind}:{decode_id(ident)}"
-
-
-def _row(message_id: str, raw: list[Any], now_ms: int) -> PendingRequest | None:
-    values = [_text(v) for v in raw]
-    if not values[4]:  # the marker expired between the index read and this one
-        return None
-    sender, recipient, purpose, trace, state, created, deadline, attempts = values
-    created_ms = int(created or 0)
-    return PendingRequest(id=message_id, sender=_address(sender), recipient=_address(recipient),
-                          purpose=purpose, trace_id=trace, state=state, created_ms=created_ms,
-                          age_s=max(0, now_ms - created_ms) / 1000,
-                          deadline_ms=int(deadline or 0), attempts=int(attempts or 0))
+def _pending(record: RequestRecord, now_ms: int) -> PendingRequest:
+    return PendingRequest(id=record.id, sender=record.sender, recipient=record.recipient,
+                          purpose=record.purpose, trace_id=record.trace_id, state=record.state,
+                          created_ms=record.created_ms,
+                          age_s=max(0, now_ms - record.created_ms) / 1000,
+                          deadline_ms=record.deadline_ms, attempts=record.attempt)
 
 
 def _wanted(row: PendingRequest, state: str | None, agent: str | None,
@@ -121,20 +111,16 @@ async def list_pending(redis: Redis, namespace: str, *, state: str | None = None
             ids = [_text(i) for i in await redis.zrange(k.open, start, start + _CHUNK - 1)]
             if not ids:
                 break
-            pipe = redis.pipeline(transaction=False)
-            for mid in ids:
-                pipe.hmget(k.message(mid), list(_FIELDS))
-            for mid, raw in zip(ids, await pipe.execute(), strict=True):
-                row = _row(mid, raw, now_ms)
+            records = await read_records(redis, namespace, ids)
+            for mid in ids:  # a record gone between the index read and this one is skipped
+                record = records.get(mid)
+                row = None if record is None else _pending(record, now_ms)
                 if row is not None and _wanted(row, state, agent, older_than_s):
                     rows.append(row)
             start += _CHUNK
     except STORE_ERRORS as exc:
         raise store_unavailable("pending", exc) from exc
     return rows[:limit]
-
-
-_RECORD = ("from", "to", "purpose", "trace", "attempts")
 
 
 def _settled_at(entry_id: str) -> str:
@@ -170,24 +156,20 @@ async def list_recent(redis: Redis, namespace: str, *, limit: int = 20) -> list[
     Raises:
         StoreUnavailable: Redis failed.
     """
-    k = Keys(namespace)
     try:
-        settlements = await _settlements(redis, k.settled, limit)
-        pipe = redis.pipeline(transaction=False)
-        for _, fields in settlements:
-            pipe.hmget(k.message(fields["id"]), list(_RECORD))
-        records = await pipe.execute() if settlements else []
+        settlements = await _settlements(redis, Keys(namespace).settled, limit)
     except STORE_ERRORS as exc:
         raise store_unavailable("recent", exc) from exc
+    records = await read_records(redis, namespace, [f["id"] for _, f in settlements])
     rows = []
-    for (entry_id, fields), raw in zip(settlements, records, strict=True):
-        sender, recipient, purpose, trace, attempts = (_text(v) or None for v in raw)
-        state = fields.get("state", "")
+    for entry_id, fields in settlements:
+        record, state = records.get(fields["id"]), fields.get("state", "")
         rows.append(SettledRequest(
-            id=fields["id"], sender=sender and _address(sender),
-            recipient=recipient and _address(recipient), purpose=purpose, trace_id=trace,
-            state=state, code="" if state == "replied" else fields.get("result", ""),
-            settled_at=_settled_at(entry_id), attempts=None if attempts is None else int(attempts)))
+            id=fields["id"], sender=record and record.sender,
+            recipient=record and record.recipient, purpose=record and record.purpose,
+            trace_id=record and record.trace_id, state=state,
+            code="" if state == "replied" else fields.get("result", ""),
+            settled_at=_settled_at(entry_id), attempts=record and record.attempt))
     return rows
 
 
