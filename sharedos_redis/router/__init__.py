@@ -1,4 +1,5 @@
-"""The Redis request router: reply settlement, waiting, timeouts, cancellation, inspection.
+"""The Redis request router: reply settlement, waiting, timeouts, cancellation (with its
+cascade), inspection (pending, recent, one request's timeline, a trace's tree).
 
 Depends on ``store`` and ``kernel``; imports no arq.
 """
@@ -6,6 +7,7 @@ Depends on ``store`` and ``kernel``; imports no arq.
 from .inspection import PendingRequest, SettledRequest
 from .listener import SettledListener
 from .router import RedisRequestRouter, RouterSettings
+from .tree import DelegationTree, TraceNode
 
-__all__ = ["PendingRequest", "RedisRequestRouter", "RouterSettings", "SettledListener",
-           "SettledRequest"]
+__all__ = ["DelegationTree", "PendingRequest", "RedisRequestRouter", "RouterSettings",
+           "SettledListener", "SettledRequest", "TraceNode"]
