@@ -167,7 +167,9 @@ async def cascade_cancel(redis: Redis, namespace: str, root_id: str, *,
     :data:`CASCADE_CODE`, audited ``request.cancelled`` with ``cascadeRoot``); returns
     the ids cancelled. Nothing happens while ``root_id`` is open or unknown.
 
-    Reads the trace first (two round trips) and runs the script only when an open
+    A request whose turn never ran made no request: one HMGET and done. Otherwise it
+    reads the trace (the index, then one pipeline of its records: the cost grows with
+    the trace, which its hop budget bounds) and runs the script only when an open
     descendant exists; the script re-reads the tree atomically. ``now``/``at`` replace
     the server clock (tests).
 
@@ -176,11 +178,13 @@ async def cascade_cancel(redis: Redis, namespace: str, root_id: str, *,
     """
     k, scripts = Keys(namespace), Scripts(redis)
     try:
-        trace = _text(await redis.hget(k.message(root_id), "trace"))  # type: ignore[misc]
+        raw_trace, attempts = await redis.hmget(  # type: ignore[misc]
+            k.message(root_id), ["trace", "attempts"])
     except STORE_ERRORS as exc:
         raise store_unavailable("cascade", exc) from exc
-    if not trace:
-        return []
+    trace = _text(raw_trace)
+    if not trace or _text(attempts) in ("", "0"):
+        return []  # no turn of it ever ran, so it made no request: nothing to read
     for _ in range(_RETRIES):
         ids = await trace_ids(redis, namespace, trace)
         records = await read_records(redis, namespace, ids)

@@ -139,3 +139,20 @@ async def test_an_open_request_does_not_cascade(redis: Redis, ns: str) -> None:
     tree = await RedisRequestRouter(redis).tree(ns, "t-o")
     assert [n.state for n in tree.nodes] == ["running", "accepted", "accepted"]
     assert len(built.ids) == 3
+
+
+async def test_cancelling_a_request_whose_turn_never_ran_reads_no_tree(
+        redis: Redis, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = await build_tree(redis, ns, "t-n", [3])
+    router = RedisRequestRouter(redis)
+    await router.cancel(ns, built.ids[1])  # scripts loaded
+    calls: list[str] = []
+    plain = redis.execute_command
+
+    async def command(*args: Any, **options: Any) -> Any:
+        calls.append(str(args[0]))
+        return await plain(*args, **options)
+
+    monkeypatch.setattr(redis, "execute_command", command)
+    await router.cancel(ns, built.ids[2])
+    assert calls == ["EVALSHA", "HMGET"]  # the settlement, then attempts = 0: no children
