@@ -35,7 +35,6 @@ from ..errors import (
 from ..kernel.contracts import AccessContext, AuditEvent, MessageDeliveryResult, MessageEnvelope
 from ..store.keys import TERMINAL_STATES
 from ..store.markers import FailureState, MarkerStore, Settlement
-from ..transport.turn_scope import current_turn
 from .inspection import PendingRequest, SettledRequest, list_pending, list_recent, read_timeline
 from .listener import Settled, SettledListener, WaitSlot, guarded
 from .tree import DelegationTree, read_tree
@@ -278,7 +277,8 @@ class RedisRequestRouter:
         with contextlib.suppress(SharedOSError):
             if fence is not None:
                 # A nested request is the parent turn's: an attempt that lost that turn (a
-                # newer one re-attaches to the request) must not end it. Read, then settle:
+                # newer one re-attaches to the request) must not end it, and a parent that
+                # ended cascades to it (as request_cascade_cancelled). Read, then settle:
                 # a newer attempt can only claim after this one's lease expired.
                 parent, attempt = fence
                 state, attempts = await guarded(
@@ -287,19 +287,7 @@ class RedisRequestRouter:
                 if state != "running" or attempts != attempt:
                     return
             await guarded(self._limiter, self._timeout_s, "cancel",
-                          lambda: self._end_abandoned(ns, mid))
-
-    async def _end_abandoned(self, ns: str, mid: str) -> None:
-        """Cancel a request nobody waits for any more: as a cascade when the waiter was a
-        turn stopped because its own request ended (the cascade from that request may
-        still be on its way), else as ``request_cancelled`` (with its descendants)."""
-        turn = current_turn.get()
-        if turn is not None and turn.namespace == ns:
-            state, = await self.markers.fields(ns, turn.request_id, ("state",))
-            if state in TERMINAL_STATES:
-                await self.markers.cascade(ns, turn.request_id)
-                return
-        await self.cancel(ns, mid)
+                          lambda: self.cancel(ns, mid))
 
     async def settle_reply(self, namespace: str,
                            reply: MessageEnvelope | dict[str, Any]) -> Settlement:
