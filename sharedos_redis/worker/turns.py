@@ -174,9 +174,11 @@ class TurnRunner:
                            active: _Active) -> str:
         namespace = self.host.namespace
         result, lost = await self._run_leased(claim, request, active)
-        if lost:  # ended, or another attempt holds the lease: nothing of ours to settle
-            state, = await self.host.markers.fields(namespace, request.id, ("state",))
-            return "request_closed" if state in TERMINAL_STATES else "lease_lost"
+        if lost:  # another attempt took the turn, or the request ended: nothing to settle
+            state, attempts = await self.host.markers.fields(namespace, request.id,
+                                                             ("state", "attempts"))
+            ended = state in TERMINAL_STATES and attempts == str(claim.attempt)
+            return "request_closed" if ended else "lease_lost"
         if result is None:  # stopped by a drain
             return await self._hand_back(request.id, claim.attempt, active)
         fault_point("turn.before_settle")
