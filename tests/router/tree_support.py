@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import MessageEnvelope, agent, format_timestamp
+from sharedos_redis.store.directory import AgentDirectory
 from sharedos_redis.store.markers import MarkerStore, Settlement
 from sharedos_redis.transport.transport import RedisStreamTransport, TransportSettings
 from sharedos_redis.transport.turn_scope import TurnScope, turn_scope
@@ -38,12 +39,14 @@ class Built:
         return found
 
 
-async def _accept(transport: RedisStreamTransport, ns: str, trace: str, sender: str,
+async def _accept(redis: Redis, transport: RedisStreamTransport, ns: str, trace: str, sender: str,
                   recipient: str, purpose: str, message_id: str) -> MessageEnvelope:
     context = make_context(ns, agent(sender), trace=trace, purpose=purpose)
     envelope = MessageEnvelope(id=message_id, sender=context.actor, receiver=agent(recipient),
                                purpose=purpose, trace_id=trace, payload={"ask": recipient},
                                created_at=format_timestamp())
+    # a live worker serves every recipient (its route lease): the accept checks it
+    await AgentDirectory(redis).register(ns, [recipient], lease_s=3600)
     receipt = await transport.deliver(context, envelope)
     assert receipt.status == "accepted", receipt
     return envelope
@@ -61,7 +64,7 @@ async def build_tree(redis: Redis, ns: str, trace: str, fanout: list[int], *,
         default_budget_hops=500, request_timeout_s=root_timeout_s))
     markers = MarkerStore(redis)
     built = Built()
-    root = await _accept(first, ns, trace, "bob", "a0", root_purpose, root_id)
+    root = await _accept(redis, first, ns, trace, "bob", "a0", root_purpose, root_id)
     built.ids.append(root_id)
     built.parent[root_id], built.envelope[root_id] = None, root
     level = [root_id]
@@ -79,7 +82,7 @@ async def build_tree(redis: Redis, ns: str, trace: str, fanout: list[int], *,
             with turn_scope(TurnScope(ns, parent, claim.attempt)) as scope:
                 for _ in range(min(per, quota)):
                     mid = scope.next_request_id()
-                    env = await _accept(transport, ns, trace, sender,
+                    env = await _accept(redis, transport, ns, trace, sender,
                                         f"a{depth + 1}-{len(nxt)}", purpose, mid)
                     built.ids.append(mid)
                     built.parent[mid], built.envelope[mid] = parent, env
