@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from sharedos_redis.kernel.contracts import ExecutionResult
 from sharedos_redis.router.router import RedisRequestRouter
 from sharedos_redis.store.audit import RedisAuditSink
+from sharedos_redis.store.directory import AgentDirectory
 from sharedos_redis.store.tree import CASCADE_CODE
 
 from ..servers import RedisServer, ServerPool
@@ -72,6 +73,12 @@ async def test_cancelling_the_root_stops_the_running_grandchild_turn_promptly(
     host = tree_app.build(client, ns)
     await tree_app.grant_all(host)
     results: list[ExecutionResult] = []
+    directory = AgentDirectory(client)
+
+    async def serving() -> bool:  # the worker registered its agents (route leases)
+        return None not in [await directory.expiry(ns, who) for who in ("alice", "carol")]
+
+    await eventually(serving, timeout_s=30)
     async with host, anyio.create_task_group() as tg:
         async def bob() -> None:
             results.append(await host.start_turn("bob", {}, purpose="plan",
