@@ -38,6 +38,10 @@ def url(deployment_url: str) -> str:
 REQUESTER_STEPS = ("accept.after", "listener.before_wake")
 TURNS_STARTED = {"turn.after_claim": 2, "turn.before_settle": 2}
 """Turns a step's crash costs: a claimed lease that dies re-runs once; others run once."""
+RACING_STEPS = {"reconciler.between": (1, 2)}
+"""Steps whose crash may come before or after the worker claimed the turn (the worker is
+ready once its route lease is up, which can be before its first reconciler pass): the turn
+runs once, or its lease dies with the worker and it re-runs once."""
 
 
 def test_every_fault_point_is_covered() -> None:
@@ -88,8 +92,9 @@ async def test_crash_at_fault_point_settles_exactly_once(
     assert state == "replied", (outcome, procs.logs())
     assert settled == 1 and events["reply.settled"] == 1, events
     assert events["message.accepted"] == 1
-    assert events["turn.started"] == TURNS_STARTED.get(step, 1), events
+    expected = RACING_STEPS.get(step, (TURNS_STARTED.get(step, 1),))
+    assert events["turn.started"] in expected, events
     assert outcome["status"] == "succeeded", outcome
     assert outcome["output"]["echo"] == {"q": "status?"}
     assert outcome["output"]["by"] == "alice"
-    assert outcome["output"]["attempt"] == TURNS_STARTED.get(step, 1)
+    assert outcome["output"]["attempt"] == events["turn.started"]  # the reply is the last run

@@ -28,7 +28,7 @@ from sharedos_redis.kernel.contracts import MessageEnvelope
 from sharedos_redis.observability import names as n
 from sharedos_redis.store.keys import Keys
 
-from ..support import drop_namespace
+from ..support import drop_namespace, wait_served
 from ..worker.helpers import grant, invoke_grant, put, send_grant
 from . import otel_app
 from .conftest import Sdk
@@ -108,6 +108,7 @@ async def test_bob_alice_carol_is_one_trace_across_processes(
     await put(host, invoke_grant(ns, "bob"), invoke_grant(ns, "alice"), invoke_grant(ns, "carol"),
               send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"),
               grant(ns, "carol", "files", ("carol",), "read"))
+    await wait_served(client, ns, "alice", "carol")  # the workers' route leases
     async with host:
         with anyio.fail_after(30):
             result = await host.start_turn("bob", {"tick": 1}, purpose="atlas-status",
@@ -172,6 +173,7 @@ async def test_traceparent_lives_in_the_record_not_the_envelope(
     host = otel_app.build(client, ns)
     await put(host, invoke_grant(ns, "bob"), invoke_grant(ns, "alice"), invoke_grant(ns, "carol"),
               send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"))
+    await wait_served(client, ns, "alice", "carol")  # the workers' route leases
     async with host:
         with anyio.fail_after(30):
             await host.start_turn("bob", {}, purpose="atlas-status")
@@ -194,6 +196,7 @@ async def test_worker_serves_prometheus_metrics(client: Redis, ns: str, sdk: Sdk
     await put(host, invoke_grant(ns, "bob"), invoke_grant(ns, "alice"), invoke_grant(ns, "carol"),
               send_grant(ns, "bob", "alice"), send_grant(ns, "alice", "carol"),
               grant(ns, "carol", "files", ("carol",), "read"))
+    await wait_served(client, ns, "alice", "carol")  # the workers' route leases
     async with host:
         with anyio.fail_after(30):
             result = await host.start_turn("bob", {}, purpose="atlas-status")
