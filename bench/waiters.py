@@ -1,7 +1,8 @@
 """Many concurrent waiting requests: connections, process RSS, Redis memory per request.
 
 ``n`` requests with a 200-byte payload go to ``echo`` in a namespace no worker
-serves, so each is accepted and then waits in ``messages.request``. Once all are
+runs (the bench holds the route lease a worker would), so each is accepted and then
+waits in ``messages.request``. Once all are
 waiting: count this process's connections (``CLIENT LIST``, by client name), read
 the RSS, and sum ``MEMORY USAGE`` over the namespace's keys by kind. Then every
 request is cancelled (``router.cancel``), all ``n`` calls return, and the
@@ -19,6 +20,7 @@ import anyio
 from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import JsonValue
+from sharedos_redis.store.directory import AgentDirectory
 from sharedos_redis.store.keys import Keys
 from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.settings import HostSettings
@@ -28,7 +30,8 @@ from .full_path import BenchFailure, drop_namespace, prepare, request_round_trip
 
 __all__ = ["payload_of", "rss_kb", "waiters"]
 
-_KINDS = ("msg", "budget", "grants", "open", "outbox", "audit", "settled", "usage", "leases")
+_KINDS = ("msg", "budget", "grants", "open", "outbox", "audit", "settled", "usage", "leases",
+          "trace", "agents")
 
 
 def payload_of(size: int) -> JsonValue:
@@ -113,7 +116,8 @@ async def _measure(admin: Redis, host: MessagingHost, namespace: str, name: str,
                    base: dict[str, int]) -> dict[str, Any]:
     memory = await _memory_by_kind(admin, namespace)
     used = int((await admin.info("memory"))["used_memory"])
-    per_request = {k: round(v / n, 1) for k, v in memory.items() if k not in ("grants", "usage")}
+    per_request = {k: round(v / n, 1) for k, v in memory.items()
+                   if k not in ("grants", "usage", "agents")}
     connections, blocked = await _connections(admin, name)
     without_audit = sum(v for k, v in per_request.items() if k != "audit")
     return {
@@ -153,6 +157,8 @@ async def waiters(url: str, namespace: str, n: int, *, payload_bytes: int = 200
     outcomes: Counter[str] = Counter()
     try:
         trace_id = await prepare(host, namespace)
+        # no worker runs here: hold the route lease a worker would, so the accept admits
+        await AgentDirectory(admin).register(namespace, ["echo"], 3600)
         rt = request_round_trip(host, trace_id, payload_of(payload_bytes), expect="succeeded")
         base = {"rss_kb": rss_kb(), "used_memory": int((await admin.info("memory"))["used_memory"])}
 
@@ -165,6 +171,9 @@ async def waiters(url: str, namespace: str, n: int, *, payload_bytes: int = 200
         async with host, anyio.create_task_group() as tg:
             accept_s = await _start(tg, host, n, one, outcomes)
             early = dict(outcomes)
+            if early:  # a request refused at accept waits for nothing: the numbers mean nothing
+                raise BenchFailure(f"{sum(early.values())} of {n} requests were not accepted: "
+                                   f"{early}")
             report = await _measure(admin, host, namespace, name, n, base)
             report.update(n=n, payload_bytes=payload_bytes, accept_s=round(accept_s, 2),
                           accept_per_s=round(n / accept_s, 1), failed_before_wait=early)
