@@ -203,6 +203,17 @@ async def test_acl_user_with_a_wrong_password_is_refused(redis_server: RedisServ
         await intruder.aclose()
 
 
+async def _replicated(master: Redis, timeout_s: float) -> None:
+    """WAIT until one replica acknowledged the writes so far; each WAIT is bounded well
+    below the client's 0.5 s socket timeout (a replica still syncing on a slow machine
+    must not turn one long WAIT into a read timeout)."""
+    async def acknowledged() -> bool:
+        return int(await master.execute_command("WAIT", 1, 200)) >= 1
+
+    with anyio.fail_after(timeout_s):
+        await poll_until(acknowledged, interval_s=0.05)
+
+
 async def _write_until(master: Redis, key: str, value: str, timeout_s: float) -> None:
     """Write, retrying connection errors (no primary yet) until ``timeout_s``."""
     async def written() -> bool:
@@ -224,7 +235,7 @@ async def test_sentinel_client_writes_before_and_after_the_primary_is_killed(
     try:
         await master.set("before", "1")
         # replication is asynchronous: without WAIT a write just before the kill may be lost
-        assert await master.execute_command("WAIT", 1, 5000) == 1, "replica not in sync"
+        await _replicated(master, timeout_s=10)
         old = await cluster.kill_primary()
         with pytest.raises(RedisError):
             await master.set("during", "x")  # no primary yet: a connection error, no hang
