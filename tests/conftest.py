@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.keys import Keys
 
-from .support import Keyspace, scan_keyspace, serve
+from .support import Keyspace, drop_namespace, scan_keyspace, serve
 
 # private redis-server fixtures: servers, redis_server, tls_redis_server, sentinel_cluster,
 # local_cluster
@@ -70,6 +70,13 @@ async def redis_factory(request: pytest.FixtureRequest) -> AsyncIterator[RedisFa
 async def redis(redis_factory: RedisFactory) -> Redis:
     """One client on the parametrised backend."""
     return await redis_factory()
+
+
+@pytest.fixture
+async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
+    """Drop the test's namespace from the backend afterwards (never FLUSHALL)."""
+    yield
+    await drop_namespace(redis, ns)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ model was sent and from the audit stream.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -33,7 +33,6 @@ from sharedos_redis.worker.local import LocalWorker
 from sharedos_redis.worker.settings import HostSettings
 from tests.worker.helpers import (
     OWNER,
-    drop_namespace,
     grant,
     invoke_grant,
     put,
@@ -110,11 +109,6 @@ def via_anthropic() -> tuple[ModelDriver, Callable[[], list[str]]]:
     provider = FakeProvider(anthropic_model)
     return anthropic_driver(provider), lambda: [b["system"] for b in provider.bodies]
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 async def audit(host: MessagingHost) -> list[AuditEvent]:

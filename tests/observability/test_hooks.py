@@ -4,7 +4,6 @@ record and records the metrics, with denials counted in their buckets."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -20,16 +19,11 @@ from sharedos_redis.store.keys import Keys
 from sharedos_redis.worker.local import LocalWorker
 from sharedos_redis.worker.reconciler import Reconciler
 
-from ..worker.helpers import answer, ask, drop_namespace, invoke_grant, make_host, put, send_grant
+from ..worker.helpers import answer, ask, invoke_grant, make_host, put, send_grant
 from .conftest import Sdk
 
 pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 def _points(sdk: Sdk, name: str, ns: str) -> list[Any]:

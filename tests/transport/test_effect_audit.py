@@ -15,10 +15,9 @@ from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.budget import TraceBudget
 
 from ..support import make_context
-from .test_use_accounting import LostReply, _ask, _kernel, cleanup
+from .test_use_accounting import LostReply, _ask, _kernel
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
-__all__ = ["cleanup"]  # the fixture, imported
 
 
 class _Counted(RedisAuditSink):

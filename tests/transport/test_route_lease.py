@@ -9,7 +9,6 @@ grant never meets a route code. Runs on fakeredis and on real Redis (REDIS_URL).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -31,15 +30,10 @@ from sharedos_redis.store.usage import RedisGrantUsageStore
 from sharedos_redis.transport import RedisStreamTransport, TransportSettings
 
 from ..lua.test_transport_scripts import _accept_args
-from ..support import drop_namespace, make_context, now_ms, serve
+from ..support import make_context, now_ms, serve
 
 pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 def _routed(ns: str, mid: str, to: str, *, grant_id: str = "") -> tuple[list[str], list[object]]:

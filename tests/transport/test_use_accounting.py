@@ -6,7 +6,6 @@ The attacker's side of the issue: two oversize requests used to exhaust a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,15 +26,10 @@ from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.usage import RedisGrantUsageStore
 from sharedos_redis.transport import RedisStreamTransport, TransportSettings
 
-from ..support import drop_namespace, make_context
+from ..support import make_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 def _send_grant(ns: str, max_uses: int) -> CapabilityGrant:

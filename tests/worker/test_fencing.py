@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -35,16 +34,11 @@ from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
 from sharedos_redis.worker.turns import TurnRunner
 
-from .helpers import answer, ask, drop_namespace, grant, invoke_grant, make_host, put, send_grant
+from .helpers import answer, ask, grant, invoke_grant, make_host, put, send_grant
 from .helpers import tool as make_tool
 
 pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 class Payments:

@@ -5,7 +5,6 @@ Runs on fakeredis and on real Redis (REDIS_URL) with the in-process LocalWorker.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import anyio
@@ -17,15 +16,10 @@ from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
 from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.local import LocalWorker
 
-from .helpers import drop_namespace, grant, invoke_grant, make_host, put, read_file_handler, tool
+from .helpers import grant, invoke_grant, make_host, put, read_file_handler, tool
 
 pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 @pytest.mark.parametrize(("live", "codes"), [

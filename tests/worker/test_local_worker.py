@@ -6,7 +6,6 @@ Runs on fakeredis and on real Redis (REDIS_URL) with the in-process LocalWorker.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -21,7 +20,6 @@ from ..support import scan_keyspace
 from .helpers import (
     answer,
     ask,
-    drop_namespace,
     grant,
     invoke_grant,
     make_host,
@@ -33,11 +31,6 @@ from .helpers import (
 
 pytestmark = pytest.mark.anyio
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 def output(result: Any) -> Any:

@@ -5,7 +5,6 @@ Runs on fakeredis and on real Redis (REDIS_URL).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,15 +19,10 @@ from sharedos_redis.store.usage import RedisGrantUsageStore
 from sharedos_redis.transport import RedisStreamTransport
 from sharedos_redis.worker.redrive import redrive_request
 
-from ..support import drop_namespace, make_context, make_envelope
+from ..support import make_context, make_envelope
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
-
-@pytest.fixture
-async def cleanup(redis: Redis, ns: str) -> AsyncIterator[None]:
-    yield
-    await drop_namespace(redis, ns)
 
 
 def _send(ns: str, **constraints: Any) -> CapabilityGrant:
