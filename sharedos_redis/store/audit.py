@@ -1,15 +1,30 @@
 """The Redis audit sink: one append-only stream per namespace.
 
-Owns ``RedisAuditSink`` (the kernel's ``AuditSink``) and ``audit_fields``, the
-stream entry layout (one field ``e`` holding the event's wire JSON) so Lua
-scripts can append the same record atomically with their effect. Payloads never
-reach this module: ``AuditEvent`` has no field for them.
+Owns ``RedisAuditSink`` (the kernel's ``AuditSink``) and the stream entry layout,
+so Lua scripts can append the same records atomically with their effect. Payloads
+never reach this module: ``AuditEvent`` has no field for them.
+
+The entry layout (issue 11: one XADD per atomic write, the records' shared
+attribution stored once). An entry holds one record or several written together:
+
+* one record: field ``e``, the event's wire JSON (:func:`audit_fields`);
+* several: field ``h``, the attribution the records share (the first record's
+  ``version``, ``traceId``, ``namespaceId``, ``actor``, ``authority``, ``owner``,
+  ``purpose``), then ``e``, ``e2``, ``e3``, ... in order, each the record's wire JSON
+  without the keys whose value equals ``h``'s; an attribution key the record lacks
+  is ``null`` (:func:`compact`, and ``audit_flush`` in ``lua/_prelude.lua``).
+
+:func:`decode_entry` is the one reader: each record is ``h`` merged with it, nulls
+dropped, parsed as ``AuditEvent``. Every record keeps its own ``id``, so readers still
+deduplicate by ``AuditEvent.id`` (ADR 0029).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskStatus
@@ -21,7 +36,8 @@ from .boundary import STORE_ERRORS, Backoff, store_unavailable
 from .keys import Keys
 from .limits import AUDIT_MAXLEN
 
-__all__ = ["AUDIT_FIELD", "RedisAuditSink", "audit_fields"]
+__all__ = ["AUDIT_FIELD", "ATTRIBUTION", "HEAD_FIELD", "RedisAuditSink", "audit_fields",
+           "compact", "compact_records", "decode_entry", "entry_wires"]
 
 _log = logging.getLogger("sharedos_redis.audit")
 
@@ -29,9 +45,90 @@ AUDIT_FIELD: Final = "e"
 """The one field of an audit stream entry: the event's wire JSON."""
 
 
+HEAD_FIELD: Final = "h"
+"""The field of a several-record entry holding the attribution its records share."""
+
+ATTRIBUTION: Final = ("version", "traceId", "namespaceId", "actor", "authority", "owner",
+                      "purpose")
+"""The wire keys the records of one entry share in ``h`` (see the module doc)."""
+
+
 def audit_fields(event: AuditEvent) -> list[str]:
-    """The XADD field/value list of ``event`` (``["e", <wire JSON>]``)."""
+    """The XADD field/value list of ``event`` alone (``["e", <wire JSON>]``)."""
     return [AUDIT_FIELD, event.to_json()]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _record_field(index: int) -> str:
+    """The field of the ``index``-th record (from 0) of an entry: e, e2, e3, ..."""
+    return AUDIT_FIELD if index == 0 else f"{AUDIT_FIELD}{index + 1}"
+
+
+def compact_records(events: Sequence[AuditEvent]) -> tuple[str, list[str]]:
+    """``(h, records)`` for a script to write as one entry (``audit_open`` and
+    ``audit_add`` in ``lua/_prelude.lua``): the first event's attribution and each
+    event compacted against it; ``("", [])`` for no events."""
+    if not events:
+        return "", []
+    wires = [event.to_wire() for event in events]
+    head = {key: wires[0][key] for key in ATTRIBUTION if key in wires[0]}
+    records = []
+    for wire in wires:
+        record = {key: value for key, value in wire.items()
+                  if key not in head or head[key] != value}
+        record.update({key: None for key in head if key not in wire})
+        records.append(_dumps(record))
+    return _dumps(head), records
+
+
+def compact(events: Sequence[AuditEvent]) -> list[str]:
+    """The XADD field/value list of one entry holding ``events`` (see the module doc)."""
+    if len(events) == 1:
+        return audit_fields(events[0])
+    head, records = compact_records(events)
+    fields = [HEAD_FIELD, head]
+    for index, record in enumerate(records):
+        fields += [_record_field(index), record]
+    return fields
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _index(field: str) -> int:
+    """0 for ``e``, n - 1 for ``e<n>``, -1 for any other field."""
+    if field == AUDIT_FIELD:
+        return 0
+    rest = field[len(AUDIT_FIELD):]
+    return int(rest) - 1 if field.startswith(AUDIT_FIELD) and rest.isdigit() else -1
+
+
+def entry_wires(fields: Mapping[bytes, bytes] | Mapping[str, str]) -> list[dict[str, Any]]:
+    """The records of one audit stream entry as decoded JSON objects, in the order they
+    were written (each merged with the entry's header, nulls dropped; not validated)."""
+    text = {_text(name): _text(value) for name, value in fields.items()}
+    numbered = sorted((index, name) for name in text if (index := _index(name)) >= 0)
+    head = text.get(HEAD_FIELD)
+    shared: dict[str, Any] = json.loads(head) if head else {}
+    wires = []
+    for _, name in numbered:
+        merged = {**shared, **json.loads(text[name])}
+        wires.append({key: value for key, value in merged.items() if value is not None})
+    return wires
+
+
+def decode_entry(fields: Mapping[bytes, bytes] | Mapping[str, str]) -> list[AuditEvent]:
+    """The records of one audit stream entry, in the order they were written.
+
+    Raises:
+        ContractError: a record is not a valid event.
+        ValueError: a field is not JSON.
+    """
+    return [AuditEvent.from_wire(wire) for wire in entry_wires(fields)]
 
 
 class RedisAuditSink:
@@ -161,28 +258,35 @@ class RedisAuditSink:
         self._pending = merged[overflow:]
 
     async def _write(self, events: list[AuditEvent]) -> None:
+        by_namespace: dict[str, list[AuditEvent]] = {}
+        for event in events:
+            by_namespace.setdefault(event.namespace_id, []).append(event)
         try:
-            if len(events) == 1:
-                await self._redis.xadd(Keys(events[0].namespace_id).audit,
-                                       {AUDIT_FIELD: events[0].to_json()},
-                                       maxlen=self._maxlen, approximate=True)
+            if len(by_namespace) == 1:  # one entry: the usual case
+                await self._xadd(self._redis, *by_namespace.items())
                 return
             pipe = self._redis.pipeline(transaction=False)
-            for event in events:
-                pipe.xadd(Keys(event.namespace_id).audit, {AUDIT_FIELD: event.to_json()},
-                          maxlen=self._maxlen, approximate=True)
+            for item in by_namespace.items():
+                self._xadd(pipe, item)  # queued on the pipeline
             await pipe.execute()
         except STORE_ERRORS as exc:
             raise AuditUnavailable(f"audit record not written: {type(exc).__name__}") from exc
 
+    def _xadd(self, client: Any, item: tuple[str, list[AuditEvent]]) -> Any:
+        """The XADD of ``item``'s events (a namespace and its records) as one entry."""
+        flat = compact(item[1])
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return client.xadd(Keys(item[0]).audit, fields, maxlen=self._maxlen, approximate=True)
+
     async def read(
         self, namespace_id: str, *, count: int = 1000, after: str = "-"
     ) -> list[tuple[str, AuditEvent]]:
-        """Read up to ``count`` events, oldest first, strictly after stream id ``after``.
+        """Read up to ``count`` entries' events, oldest first, strictly after stream id
+        ``after`` (an entry may hold several records written together; they share its id).
 
         Args:
             namespace_id: the namespace whose stream is read.
-            count: the most events returned.
+            count: the most stream entries read.
             after: a stream id from an earlier read (exclusive), or ``"-"`` for the start.
 
         Returns:
@@ -197,6 +301,5 @@ class RedisAuditSink:
             entries = await self._redis.xrange(Keys(namespace_id).audit, start, "+", count=count)
         except STORE_ERRORS as exc:
             raise store_unavailable("audit.read", exc) from exc
-        field = AUDIT_FIELD.encode()
-        return [(entry_id.decode(), AuditEvent.from_json(fields[field]))
-                for entry_id, fields in entries]
+        return [(entry_id.decode(), event)
+                for entry_id, fields in entries for event in decode_entry(fields)]

@@ -35,7 +35,7 @@ from ..kernel.contracts import (
     service,
 )
 from ..kernel.ids import new_id
-from .audit import RedisAuditSink, audit_fields
+from .audit import RedisAuditSink, audit_fields, compact_records
 from .boundary import STORE_ERRORS, store_unavailable
 from .keys import OPEN_STATES, Keys, address_tag
 from .limits import (
@@ -325,11 +325,13 @@ class MarkerStore:
 
     async def _carrying(self, namespace: str,
                         script: Callable[[list[str]], Awaitable[Any]]) -> Any:
-        """Run a settlement ``script`` carrying the namespace's queued audit records;
-        they are queued again if it fails."""
+        """Run a settlement ``script`` carrying the namespace's queued audit records (its
+        last arguments: their header, then the records compacted against it; see
+        store/audit.py); they are queued again if it fails."""
         queued = self._audit.take_queued(namespace) if self._audit is not None else []
         try:
-            return await script([event.to_json() for event in queued])
+            head, records = compact_records(queued)
+            return await script([head, *records])
         except BaseException:
             if self._audit is not None:
                 self._audit.give_back(queued)

@@ -3,7 +3,8 @@
 Each ``lua/<verb_noun>.lua`` file opens with its KEYS/ARGV/return contract; the
 helpers they share (server time, attributed audit records, the terminal cleanup,
 settlement and dead-letter entries) are ``lua/_prelude.lua``, put in front of every
-script when it is loaded.
+script when it is loaded; the audit records a script queues are written after it, as
+one stream entry.
 redis-py's ``AsyncScript`` sends EVALSHA and reloads on NOSCRIPT, so a server
 restart or SCRIPT FLUSH is handled. On a Redis Cluster its reload (``SCRIPT LOAD`` to
 the primaries the client knows) can miss a just-promoted replica, whose script
@@ -39,8 +40,11 @@ def lua_source(name: str) -> str:
 
 @cache
 def script_source(name: str) -> str:
-    """What runs as script ``name``: the shared prelude, then ``lua/<name>.lua``."""
-    return lua_source(PRELUDE) + "\n" + lua_source(name)
+    """What runs as script ``name``: the shared prelude, then ``lua/<name>.lua`` as a
+    function whose result is returned after ``audit_flush()`` wrote the records it
+    queued as one audit stream entry (store/audit.py)."""
+    return (f"{lua_source(PRELUDE)}\nlocal function body()\n{lua_source(name)}\nend\n"
+            "local result = body()\naudit_flush()\nreturn result\n")
 
 
 class Scripts:

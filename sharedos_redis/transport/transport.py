@@ -60,7 +60,7 @@ from ..kernel.outbox import effect_audit
 from ..kernel.reasons import REASON_CODES, ReasonCode
 from ..kernel.usage import UseReservation, reserved_use
 from ..observability import telemetry
-from ..store.audit import RedisAuditSink, audit_fields
+from ..store.audit import RedisAuditSink, audit_fields, compact_records
 from ..store.keys import Keys, address_tag
 from ..store.limits import (
     AUDIT_MAXLEN,
@@ -271,15 +271,18 @@ class RedisStreamTransport:
         keys = Keys(context.namespace_id)
         event = audit_event(context, "message.accepted", "succeeded", at=format_timestamp(now),
                             message_id=envelope.id, receiver=envelope.receiver)
-        released = "" if reservation is None else _released_event(
+        released = [] if reservation is None else [_released_event(
             context, envelope, now, reservation, "duplicate_message",
-        ).to_json()  # the script sets the reason to its refusal's code
+        )]  # the script sets the reason to its refusal's code
         s, hooks = self._settings, telemetry()
         outbox = effect_audit.get()
         scope = current_turn.get()
-        decided = [event.to_json() for event in outbox.events] if outbox is not None else []
-        if_accepted = ([event.to_json() for event in outbox.on_accept]
-                       if outbox is not None else [])
+        decided = list(outbox.events) if outbox is not None else []
+        if_accepted = list(outbox.on_accept) if outbox is not None else []
+        # one audit entry: every record compacted against the accepted record's attribution
+        head, records = compact_records([event, *released, *decided, *if_accepted])
+        accepted_record, records = records[0], records[1:]
+        released_record = records.pop(0) if released else ""
         named = {
             "id": envelope.id, "from": address_tag(envelope.sender.kind, envelope.sender.id),
             "to": address_tag(envelope.receiver.kind, envelope.receiver.id),
@@ -294,6 +297,7 @@ class RedisStreamTransport:
             "fp": call_fingerprint(envelope),
             "attempt": str(scope.attempt) if scope is not None else "",
             "route": "1" if s.route_check else "",
+            "h": head,
         }
         parent_key = keys.message(scope.request_id) if scope is not None else keys.message(
             envelope.id)
@@ -304,8 +308,8 @@ class RedisStreamTransport:
                  keys.outbox, keys.audit, keys.usage, keys.trace(envelope.trace_id),
                  parent_key, keys.agents],
                 [json.dumps(named, separators=(",", ":")), envelope.to_json(),
-                 context.to_json(), event.to_json(), released,
-                 len(decided), *decided, *if_accepted],
+                 context.to_json(), accepted_record, released_record,
+                 len(decided), *records],
             )
         status, value = _text(result[0]), int(result[1])
         if outbox is not None:  # written by the script, atomically with it

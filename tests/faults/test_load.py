@@ -16,6 +16,7 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
+from sharedos_redis.store.audit import entry_wires
 from sharedos_redis.store.keys import Keys
 from sharedos_redis.worker.host import MessagingHost
 
@@ -37,10 +38,9 @@ async def _settled_events(redis: Redis, ns: str) -> tuple[Counter[str], int]:
     while True:
         page = await redis.xrange(Keys(ns).audit, last, "+", count=5000)
         for _entry_id, fields in page:
-            raw = fields[b"e"].decode()
-            if '"reply.settled"' in raw:
-                start = raw.index('"messageId":"') + len('"messageId":"')
-                counts[raw[start:raw.index('"', start)]] += 1
+            for wire in entry_wires(fields):
+                if wire.get("type") == "reply.settled":
+                    counts[wire["messageId"]] += 1
         if len(page) < 5000:
             return counts, int(await redis.xlen(Keys(ns).audit))
         last = "(" + page[-1][0].decode()

@@ -13,6 +13,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
+from sharedos_redis.store.audit import entry_wires
 from sharedos_redis.store.keys import Keys
 from sharedos_redis.store.scripts import Scripts
 
@@ -47,7 +48,7 @@ def _nested(ns: str, mid: str = CHILD, *, attempt: str = "1", fp: str = "fp-1",
 
 
 async def _records(redis: Redis, keys: Keys) -> list[dict[str, object]]:
-    return [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    return [wire for _, fields in await redis.xrange(keys.audit) for wire in entry_wires(fields)]
 
 
 async def _turn(redis: Redis, keys: Keys, state: str, attempts: int) -> None:
@@ -155,7 +156,7 @@ async def test_a_stale_attempt_is_fenced_before_it_accepts_or_re_attaches(
         await _turn(redis, keys, state, attempts)
     before = {key: await redis.type(key) for key in await keyspace()}
     await _reserve(redis, keys)
-    audit = await redis.xlen(keys.audit)
+    audit = len(await _records(redis, keys))
 
     again = await scripts.call("accept_request", *_nested(ns))  # attempt 1, the same call
     fresh = await scripts.call("accept_request", *_nested(ns, "c-2"))  # attempt 1, a new one

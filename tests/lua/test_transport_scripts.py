@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from sharedos_redis.kernel.ports import RevocationCheck
+from sharedos_redis.store.audit import entry_wires
 from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.keys import RELAY_GROUP, Keys
 from sharedos_redis.store.scripts import Scripts
@@ -55,7 +56,7 @@ async def test_accept_request_spends_then_refuses_without_writing(
     assert duplicate == [b"duplicate_message", -1]
     assert not await redis.exists(keys.message("m-3"))
     assert await redis.xlen(keys.outbox) == 2
-    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    records = [w for _, fields in await redis.xrange(keys.audit) for w in entry_wires(fields)]
     assert records == [{"audit": 1}, {"audit": 1}, _refused("budget_exhausted"),
                        _refused("duplicate_message")]  # every refusal audited, in the script
     assert 0 < await redis.pttl(keys.budget("trace-1")) <= 5_000
@@ -74,7 +75,7 @@ async def test_accept_request_gives_back_a_reserved_use_when_it_refuses(
     assert await scripts.call("accept_request", *_accept_args(
         ns, "m-1", grant_id="g-1")) == [b"duplicate_message", -1]
     assert await redis.hget(keys.usage, "g-1") == b"1"  # only the admitted use stays spent
-    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    records = [w for _, fields in await redis.xrange(keys.audit) for w in entry_wires(fields)]
     assert records == [{"audit": 1}, {"released": 1, "reason": "budget_exhausted"},
                        _refused("budget_exhausted"),
                        {"released": 1, "reason": "duplicate_message"},
@@ -83,7 +84,7 @@ async def test_accept_request_gives_back_a_reserved_use_when_it_refuses(
     assert await scripts.call("accept_request", *_accept_args(
         ns, "m-1", grant_id="g-1")) == [b"duplicate_message", -1]
     assert await redis.hget(keys.usage, "g-1") == b"0"  # never below zero, no use released
-    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    records = [w for _, fields in await redis.xrange(keys.audit) for w in entry_wires(fields)]
     assert records[5:] == [_refused("duplicate_message")]  # only the refusal recorded
 
 
@@ -135,7 +136,7 @@ async def test_dispatch_request_moves_only_accepted_markers(
     assert await redis.hget(keys.message("m-2"), "state") == b"accepted"
     assert await redis.xlen(keys.outbox) == 0
     [*_, (_, last)] = await redis.xrange(keys.audit)
-    event = json.loads(last[b"e"])
+    [event] = entry_wires(last)
     assert event["type"] == "message.dispatched" and event["messageId"] == "m-1"
     assert event["actor"] == {"kind": "agent", "agentId": "bob"}
     assert len(await keyspace()) == 7  # 2 markers, budget, open, outbox, audit, trace index

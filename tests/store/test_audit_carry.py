@@ -12,11 +12,14 @@ from redis.asyncio import Redis
 
 from sharedos_redis.errors import StoreUnavailable
 from sharedos_redis.kernel.audit import audit_event
+from sharedos_redis.kernel.contracts import agent
 from sharedos_redis.store.audit import RedisAuditSink
+from sharedos_redis.store.keys import Keys
 from sharedos_redis.store.markers import MarkerStore
 from sharedos_redis.store.scripts import Scripts
 
-from ..router.router_support import make_context, make_reply, make_request, now_ms, put_marker
+from ..router.router_support import make_reply, make_request, now_ms, put_marker
+from ..support import make_context
 
 pytestmark = pytest.mark.anyio
 
@@ -54,3 +57,30 @@ async def test_a_failed_settlement_queues_the_records_again(
         await MarkerStore(redis, audit=sink).settle_failure(ns, "m-1", state="failed",
                                                             code="x")
     assert sink.take_queued(ns) == [event]
+
+
+async def test_the_script_writes_its_records_as_one_entry_each_with_its_own_attribution(
+        redis: Redis, ns: str) -> None:
+    context = make_context(ns)  # the requester
+    recipient = make_context(ns, agent("alice"), purpose="other")  # the turn that replied
+    request = make_request(context)
+    await put_marker(redis, context, request, deadline_ms=now_ms() + 30_000)
+    sink = RedisAuditSink(redis, linger_s=30)
+    markers = MarkerStore(redis, audit=sink)
+    async with anyio.create_task_group() as tg:
+        await tg.start(sink.run)
+        carried = [audit_event(recipient, kind, "succeeded", metadata={"turnId": "t-1"})
+                   for kind in ("turn.admitted", "turn.ended")]
+        for event in carried:
+            assert sink.record_later(event)
+        assert (await markers.settle_reply(ns, make_reply(request))).settled
+        [(_, fields)] = await redis.xrange(Keys(ns).audit)
+        assert [name.decode() for name in fields] == ["h", "e", "e2", "e3"]  # one XADD
+        assert b"alice" in fields[b"h"] and b"alice" not in fields[b"e"]  # stored once
+        events = [e for _, e in await sink.read(ns)]
+        assert events[:2] == carried  # each record whole again, field for field
+        settled = events[2]
+        assert (settled.type, settled.actor, settled.purpose) == (
+            "reply.settled", context.actor, context.purpose)  # the requester's, not alice's
+        sink.stop()
+        tg.cancel_scope.cancel()

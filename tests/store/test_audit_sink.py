@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import fakeredis
 import pytest
@@ -9,8 +11,9 @@ from redis.asyncio import Redis
 
 from sharedos_redis.errors import AuditUnavailable, StoreUnavailable
 from sharedos_redis.kernel.audit import audit_event
+from sharedos_redis.kernel.contracts import agent
 from sharedos_redis.kernel.ports import AuditSink
-from sharedos_redis.store.audit import RedisAuditSink, audit_fields
+from sharedos_redis.store.audit import RedisAuditSink, audit_fields, compact, decode_entry
 from sharedos_redis.store.keys import Keys
 
 from .store_support import drop_namespace, make_context, namespace_keys
@@ -132,3 +135,36 @@ async def _read_or_none(sink: RedisAuditSink, ns: str) -> object:
         return await sink.read(ns)
     except StoreUnavailable:
         return None
+
+
+def test_compact_stores_the_shared_attribution_once_and_reads_back_every_record() -> None:
+    bob, alice = make_context("n"), make_context("n")
+    alice = alice.model_copy(update={"actor": agent("alice")})
+    events = [audit_event(bob, "message.accepted", "succeeded", id="e-1", message_id="m-1"),
+              audit_event(bob, "message.sent", "succeeded", id="e-2", message_id="m-1"),
+              audit_event(alice, "turn.ended", "failed", id="e-3", reason="x",
+                          metadata={"a": None, "b": [1, None]})]
+    fields = compact(events)
+    assert fields[::2] == ["h", "e", "e2", "e3"]
+    head, first, second, third = (json.loads(value) for value in fields[1::2])
+    assert head["actor"] == {"kind": "agent", "agentId": "bob"}
+    assert "actor" not in first and "actor" not in second  # shared, stored once
+    assert third["actor"] == {"kind": "agent", "agentId": "alice"}  # its own attribution
+    assert decode_entry(dict(zip(fields[::2], fields[1::2], strict=True))) == events
+    assert compact(events[:1]) == audit_fields(events[0])  # a lone record stays whole
+
+
+async def test_records_written_together_share_one_entry(redis: Redis, ns: str) -> None:
+    sink = RedisAuditSink(redis, linger_s=0.01)
+    events = [audit_event(make_context(ns), "message.accepted", "succeeded", id=f"e-{i}")
+              for i in range(3)]
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.run)
+            for event in events:
+                assert sink.record_later(event)
+            sink.stop()
+        assert await redis.xlen(Keys(ns).audit) == 1
+        assert [e for _, e in await sink.read(ns)] == events
+    finally:
+        await drop_namespace(redis, ns)

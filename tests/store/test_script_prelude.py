@@ -14,9 +14,12 @@ from sharedos_redis.store.scripts import PRELUDE, Scripts, lua_source, script_so
 pytestmark = pytest.mark.anyio
 
 
-def test_each_script_is_the_prelude_then_its_own_text() -> None:
-    assert script_source("server_time").startswith(lua_source(PRELUDE))
-    assert script_source("server_time").endswith(lua_source("server_time"))
+def test_each_script_is_the_prelude_then_its_own_text_then_the_audit_flush() -> None:
+    source = script_source("server_time")
+    assert source.startswith(lua_source(PRELUDE))
+    body = source.index(lua_source("server_time"))
+    assert source[body + len(lua_source("server_time")):].split() == [
+        "end", "local", "result", "=", "body()", "audit_flush()", "return", "result"]
 
 
 async def test_the_eval_fallback_runs_the_prelude_too(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ from sharedos_redis.kernel.contracts import (
 )
 from sharedos_redis.kernel.kernel import Kernel
 from sharedos_redis.kernel.testing import InMemoryRouter
-from sharedos_redis.store.audit import RedisAuditSink
+from sharedos_redis.store.audit import RedisAuditSink, entry_wires
 from sharedos_redis.store.directory import AgentDirectory
 from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.keys import Keys, encode_id
@@ -59,7 +59,7 @@ async def test_the_script_refuses_unrouted_recipients_and_gives_the_use_back(
     assert not await redis.exists(keys.budget("trace-1"), keys.outbox, keys.open,
                                   keys.trace("trace-1"), *(keys.message(f"m-{to}") for to in (
                                       "agent:alice", "group:ops", "agent:carol")))
-    records = [json.loads(fields[b"e"]) for _, fields in await redis.xrange(keys.audit)]
+    records = [w for _, fields in await redis.xrange(keys.audit) for w in entry_wires(fields)]
     released = [r for r in records if r.get("type") != "message.refused"]
     assert [r.get("reason") for r in released] == ["route_unavailable"]  # one use to give
     refused = [r["reason"] for r in records if r.get("type") == "message.refused"]

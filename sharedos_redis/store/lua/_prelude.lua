@@ -9,19 +9,62 @@ local function now_ms(override)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- append_event(audit, maxlen, ctx_json, fields): one audit record attributed to the
--- stored requester context (traceId, namespaceId, actor, authority, owner, purpose)
--- plus ``fields`` (id, type, outcome, at, ...); nothing when ctx_json is no JSON object.
+-- This script's audit entry (issue 11): every record a script writes goes into ONE stream
+-- entry, appended by audit_flush() after the script body (store/scripts.py puts that call
+-- after every script). Layout (store/audit.py, decode_entry is its reader): 'h', the
+-- attribution the records share, then 'e', 'e2', ... each record without the keys equal
+-- to h's (an attribution key a record lacks is null); a lone record without h is whole.
+local ATTRIBUTION = {'version', 'traceId', 'namespaceId', 'actor', 'authority', 'owner',
+  'purpose'}
+local audit_entry = {key = nil, maxlen = nil, head = nil, records = {}}
+
+-- audit_open(audit, maxlen, head): the stream and MAXLEN ~ of this script's entry, and its
+-- header (JSON text from store/audit.py compact_records; "" or nil: none yet)
+local function audit_open(audit, maxlen, head)
+  audit_entry.key, audit_entry.maxlen = audit, maxlen
+  if head ~= nil and head ~= '' then audit_entry.head = head end
+end
+
+-- audit_add(record): queue one record (JSON text compacted against the header)
+local function audit_add(record)
+  audit_entry.records[#audit_entry.records + 1] = record
+end
+
+-- audit_flush(): append the queued records as one entry (nothing when none)
+local function audit_flush()
+  local e = audit_entry
+  if #e.records == 0 then return end
+  local args = {'XADD', e.key, 'MAXLEN', '~', e.maxlen, '*'}
+  if e.head then
+    args[#args + 1], args[#args + 2] = 'h', e.head
+  end
+  for i, record in ipairs(e.records) do
+    args[#args + 1] = i == 1 and 'e' or ('e' .. i)
+    args[#args + 1] = record
+  end
+  redis.call((table.unpack or unpack)(args))
+end
+
+-- append_event(audit, maxlen, ctx_json, fields): queue one audit record attributed to the
+-- stored requester context (traceId, namespaceId, actor, authority, owner, purpose) plus
+-- ``fields`` (id, type, outcome, at, ...); nothing when ctx_json is no JSON object. The
+-- first record of an entry sets its header; a later one carries its whole attribution.
 local function append_event(audit, maxlen, ctx_json, fields)
   local ok, ctx = pcall(cjson.decode, ctx_json or '')
   if not ok or type(ctx) ~= 'table' then return false end
-  local event = {
-    version = '2', traceId = ctx['traceId'], namespaceId = ctx['namespaceId'],
-    actor = ctx['actor'], authority = ctx['authority'], owner = ctx['owner'],
-    purpose = ctx['purpose'],
-  }
-  for name, value in pairs(fields) do event[name] = value end
-  redis.call('XADD', audit, 'MAXLEN', '~', maxlen, '*', 'e', cjson.encode(event))
+  local head = {version = '2'}
+  for i = 2, #ATTRIBUTION do head[ATTRIBUTION[i]] = ctx[ATTRIBUTION[i]] end
+  local record = {}
+  for name, value in pairs(fields) do record[name] = value end
+  audit_open(audit, maxlen, nil)
+  if audit_entry.head == nil and #audit_entry.records == 0 then
+    audit_entry.head = cjson.encode(head)
+  else
+    for _, name in ipairs(ATTRIBUTION) do
+      if head[name] == nil then record[name] = cjson.null else record[name] = head[name] end
+    end
+  end
+  audit_add(cjson.encode(record))
   return true
 end
 
@@ -47,12 +90,12 @@ local function announce(settled, maxlen, id, state, result)
   end
 end
 
--- carry(audit, maxlen, first): append ARGV[first..] as audit records (wire JSON): records
--- the caller had queued, written in order ahead of this script's own (an audit outbox).
+-- carry(audit, maxlen, first): queue ARGV[first + 1..] as audit records compacted against
+-- the header ARGV[first] (store/audit.py compact_records): records the caller had queued,
+-- written in order ahead of this script's own, in its entry (an audit outbox)
 local function carry(audit, maxlen, first)
-  for i = first, #ARGV do
-    redis.call('XADD', audit, 'MAXLEN', '~', maxlen, '*', 'e', ARGV[i])
-  end
+  audit_open(audit, maxlen, ARGV[first])
+  for i = first + 1, #ARGV do audit_add(ARGV[i]) end
 end
 
 -- dead_letter(dead, maxlen, id, reason, at): one dead-letter entry {id, reason, at}.

@@ -21,7 +21,9 @@
 --   hops (default budget), budget_ttl (ms), maxlen (audit MAXLEN ~), tp (W3C traceparent
 --   or "": host-owned, never in the envelope), grant (reserved grant id or ""),
 --   parent (parent request id or ""), fp (replay fingerprint), attempt (the parent
---   turn's attempt, the fencing token, or ""), route ("1": check the agent directory)
+--   turn's attempt, the fencing token, or ""), route ("1": check the agent directory),
+--   h (the header every audit record below is compacted against: store/audit.py; the
+--   script writes its records as one audit entry)
 -- ARGV[2] envelope wire JSON    ARGV[3] requester context wire JSON
 -- ARGV[4] the message.accepted audit record JSON
 -- ARGV[5] the grant.usage.released record JSON ("" without a reserved use); the script
@@ -47,9 +49,8 @@
 --   re-attaches whatever the route), before the hop is spent.
 local a = cjson.decode(ARGV[1])
 local decided = 6 + (tonumber(ARGV[6]) or 0)
-for i = 7, decided do
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
-end
+audit_open(KEYS[5], a.maxlen, a.h)
+for i = 7, decided do audit_add(ARGV[i]) end
 
 -- release(reason): give back the reserved use, with its record (reason = why)
 local function release(reason)
@@ -58,7 +59,7 @@ local function release(reason)
     redis.call('HINCRBY', KEYS[6], a.grant, -1)
     local record = cjson.decode(ARGV[5])
     record['reason'] = reason
-    redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', cjson.encode(record))
+    audit_add(cjson.encode(record))
   end
 end
 
@@ -68,7 +69,7 @@ local function retyped(etype, outcome, reason, metadata)
   local record = cjson.decode(ARGV[4])
   record['type'], record['outcome'] = etype, outcome
   record['reason'], record['metadata'] = reason, metadata
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', cjson.encode(record))
+  audit_add(cjson.encode(record))
 end
 
 -- refuse(code, hops): give back the reserved use (with its record), audit the refusal
@@ -92,9 +93,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   release('replay_attached')
   retyped('message.replayed', 'succeeded', nil,
     {state = seen[4], attempt = tonumber(a.attempt)})
-  for i = decided + 1, #ARGV do
-    redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
-  end
+  for i = decided + 1, #ARGV do audit_add(ARGV[i]) end
   return {'attached', tonumber(seen[3]) or 0, seen[4]}
 end
 
@@ -128,8 +127,6 @@ else
 end
 redis.call('PEXPIREAT', KEYS[1], tonumber(a.deadline) + tonumber(a.retention))
 redis.call('ZADD', KEYS[3], a.deadline, a.id)
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[4])
-for i = decided + 1, #ARGV do
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', a.maxlen, '*', 'e', ARGV[i])
-end
+audit_add(ARGV[4])
+for i = decided + 1, #ARGV do audit_add(ARGV[i]) end
 return {'accepted', hops}

@@ -17,7 +17,8 @@
 -- ARGV[8] dead MAXLEN ~  ARGV[9] audit event id     ARGV[10] now RFC 3339
 -- ARGV[11] the settling turn's attempt (fencing token) or "" (unfenced)
 -- ARGV[12] attribution JSON used when no context is stored (see settle_reply)
--- ARGV[13..] queued audit records (wire JSON) written first, whatever the outcome
+-- ARGV[13] the queued audit records' header ("" for none), ARGV[14..] the records compacted
+--   against it (store/audit.py compact_records), written first, whatever the outcome
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
 local event_types = {
   failed = 'request.failed', timed_out = 'request.timed_out',

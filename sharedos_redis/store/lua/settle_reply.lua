@@ -21,7 +21,8 @@
 -- ARGV[12] now RFC 3339      ARGV[13] attribution JSON used when no context is stored
 --   ({namespaceId, actor, authority, owner, purpose, traceId})
 -- ARGV[14] the settling turn's attempt (fencing token) or "" (unfenced)
--- ARGV[15..] queued audit records (wire JSON) written first, whatever the outcome
+-- ARGV[15] the queued audit records' header ("" for none), ARGV[16..] the records compacted
+--   against it (store/audit.py compact_records), written first, whatever the outcome
 -- returns {settled 1|0, code, state after the call or "", cause or ""}
 local function audit(ctx_json, etype, outcome, reason, cause, metadata)
   refuse(KEYS[5], ARGV[10], ctx_json, ARGV[13], {id = ARGV[11], type = etype,
