@@ -28,7 +28,6 @@ from typing import Any, Literal, TypeVar
 from redis.asyncio import Redis
 
 from ..kernel.contracts import (
-    AccessContext,
     AuditEvent,
     MessageEnvelope,
     format_timestamp,
@@ -37,7 +36,7 @@ from ..kernel.contracts import (
 from ..kernel.ids import new_id
 from .audit import RedisAuditSink, audit_fields, compact_records
 from .boundary import STORE_ERRORS, store_unavailable
-from .keys import OPEN_STATES, Keys, address_tag
+from .keys import OPEN_STATES, RELAY_GROUP, Keys, address_tag
 from .limits import (
     AUDIT_MAXLEN,
     BUDGET_TTL_S,
@@ -73,26 +72,16 @@ class TurnClaim:
 
     ``outcome``: ``claimed`` (run the turn), ``busy`` (another live lease), ``closed``
     (terminal), ``missing`` (no such request) or ``dead`` (max attempts reached, now
-    dead-lettered). ``request``/``requester_context`` are set only when claimed, and
-    ``traceparent`` when claimed and the requester was traced. The requester's
-    context is parsed only when asked for (a turn does not use it).
+    dead-lettered). ``request`` is set only when claimed, and ``traceparent`` when
+    claimed and the requester was traced. The requester's stored context stays in
+    Redis: a turn runs under the recipient's own identity and never reads it.
     """
 
     outcome: ClaimOutcome
     attempt: int
     request: MessageEnvelope | None
-    context_json: bytes | str | None
     deadline_ms: int
     traceparent: str | None = None
-
-    @property
-    def requester_context(self) -> AccessContext | None:
-        """The requester's stored AccessContext (parsed on access).
-
-        Raises:
-            ContractError: the stored context is corrupt.
-        """
-        return None if self.context_json is None else AccessContext.from_json(self.context_json)
 
 
 @dataclass(frozen=True)
@@ -196,8 +185,13 @@ class MarkerStore:
         return await self._scripts.now_ms(Keys(namespace).open)
 
     async def claim_turn(self, namespace: str, message_id: str, *, lease_ms: int,
-                         max_attempts: int, worker: str) -> TurnClaim:
+                         max_attempts: int, worker: str, relayed: str | None = None
+                         ) -> TurnClaim:
         """Take the turn lease: ``accepted|dispatched`` or an expired ``running`` → ``running``.
+
+        ``relayed``: the outbox entry the relay handed over with the turn; the claim
+        retires it (and audits ``message.dispatched``) in the same script, in place of
+        the relay's ``dispatch_request``.
 
         Returns:
             The claim; ``attempt`` is the attempt number the turn runs as.
@@ -208,10 +202,12 @@ class MarkerStore:
         """
         k = Keys(namespace)
         raw = await self._scripts.call(
-            "claim_turn", [k.message(message_id), k.leases, k.open, k.settled, k.audit, k.dead],
+            "claim_turn",
+            [k.message(message_id), k.leases, k.open, k.settled, k.audit, k.dead, k.outbox],
             [message_id, lease_ms, max_attempts, worker, self._now_arg(), self._retention_ms,
-             self._settled_maxlen, self._audit_maxlen, self._dead_maxlen, new_id(), self._at()])
-        outcome, attempt, env, ctx = _text(raw[0]), int(raw[1]), raw[2], raw[3]
+             self._settled_maxlen, self._audit_maxlen, self._dead_maxlen, new_id(), self._at(),
+             RELAY_GROUP, relayed or "", new_id() if relayed else ""])
+        outcome, attempt, env = _text(raw[0]), int(raw[1]), raw[2]
         claimed = outcome == "claimed"
         if outcome == "missing":
             await self.forget(namespace, [message_id])
@@ -219,9 +215,8 @@ class MarkerStore:
             outcome=outcome,  # type: ignore[arg-type]  # the script returns only ClaimOutcome
             attempt=attempt,
             request=MessageEnvelope.from_json(env) if claimed else None,
-            context_json=ctx if claimed else None,
-            deadline_ms=int(raw[4]),
-            traceparent=(_text(raw[5]) or None) if claimed and len(raw) > 5 else None)
+            deadline_ms=int(raw[3]),
+            traceparent=(_text(raw[4]) or None) if claimed and len(raw) > 4 else None)
 
     async def renew_lease(self, namespace: str, message_id: str, *, lease_ms: int,
                           attempt: int) -> bool:

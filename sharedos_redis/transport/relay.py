@@ -38,11 +38,15 @@ from ..store.keys import RELAY_GROUP, Keys
 from ..store.limits import AUDIT_MAXLEN
 from ..store.scripts import Scripts
 
-__all__ = ["OutboxRelay", "WakeHook"]
+__all__ = ["HandOverHook", "OutboxRelay", "WakeHook"]
 
 _log = logging.getLogger(__name__)
 
 WakeHook = Callable[[str, str], Awaitable[None]]
+HandOverHook = Callable[[str, str, str], bool]
+"""``(namespace, message_id, outbox entry id)`` → True when a turn of this process took
+the entry: its claim retires the entry (``claim_turn``), so the relay neither wakes nor
+dispatches it. An entry whose turn never claims stays pending and is taken over."""
 """``(namespace, message_id)``; must be idempotent (arq enqueue with job id = message id)."""
 
 _Entry = tuple[Any, Mapping[Any, Any] | None]
@@ -78,6 +82,8 @@ class OutboxRelay:
         capacity: how many turns the wake hook can start now; a read takes at most
             that many entries (at least one), so a busy worker leaves the rest of the
             outbox to other workers' relays (the stream worker's backpressure).
+        hand_over: tried before ``wake`` (see :data:`HandOverHook`): direct dispatch
+            hands the entry to the turn, whose claim retires it in one script.
     """
 
     def __init__(
@@ -92,6 +98,7 @@ class OutboxRelay:
         batch: int = 64,
         audit_maxlen: int = AUDIT_MAXLEN,
         capacity: Callable[[], int] | None = None,
+        hand_over: HandOverHook | None = None,
     ) -> None:
         self._redis = redis
         self._scripts = Scripts(redis)
@@ -103,6 +110,7 @@ class OutboxRelay:
         self._batch = batch
         self._audit_maxlen = audit_maxlen
         self._capacity = capacity
+        self._hand_over = hand_over
         self._stopping = False
         self._stop_requested: anyio.Event | None = None
         self._finished: anyio.Event | None = None
@@ -256,6 +264,11 @@ class OutboxRelay:
                                            _text(tp) if tp is not None else None):
                 if message_id is not None:
                     fault_point("relay.before_wake")
+                    if self._hand_over is not None and self._hand_over(
+                            keys.namespace, message_id, _text(entry_id)):
+                        fault_point("relay.after_wake")
+                        handled += 1
+                        continue
                     try:
                         await self._wake(keys.namespace, message_id)
                     except Exception:  # left pending: claim_stale retries the wake-up

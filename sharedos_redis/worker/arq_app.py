@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import time
+from functools import partial
 from typing import Any
 
 import anyio
@@ -108,15 +109,24 @@ class WorkerApp:
                                         _job_id=keys.job_id(message_id, suffix),
                                         _queue_name=keys.arq_queue)
 
-    def _try_direct(self, namespace: str, message_id: str) -> bool:
-        """Start the turn in this worker now if a slot is free (False: enqueue it)."""
+    def _try_direct(self, namespace: str, message_id: str, relayed: str | None = None) -> bool:
+        """Start the turn in this worker now if a slot is free (False: enqueue it);
+        ``relayed``: the outbox entry its claim retires (see :meth:`hand_over`)."""
         if self._tg is None or not self.runner.accepting:
             return False
         slot = self.slots.try_take()
         if slot is None:
             return False
-        self._tg.start_soon(self.runner.run_in_slot, namespace, message_id, slot)
+        self._tg.start_soon(partial(self.runner.run_in_slot, relayed=relayed),
+                            namespace, message_id, slot)
         return True
+
+    def hand_over(self, namespace: str, message_id: str, entry_id: str) -> bool:
+        """The relay's direct dispatch: start the turn now if a slot is free and let its
+        claim retire outbox entry ``entry_id`` (one script instead of the relay's dispatch
+        and the turn's claim); False leaves the entry to the relay's wake-up."""
+        return self.host.settings.direct_dispatch and self._try_direct(
+            namespace, message_id, entry_id)
 
     async def wake(self, namespace: str, message_id: str) -> None:
         """Start (direct dispatch) or enqueue the turn of a newly accepted request."""
@@ -139,7 +149,8 @@ class WorkerApp:
         """arq start-up: enter the host and start relay + reconciler beside the turns."""
         ctx[APP_KEY] = self
         services = self.services = WorkerServices(
-            self.host, wake=self.wake, rewake=self.rewake, consumer=self.name)
+            self.host, wake=self.wake, rewake=self.rewake, consumer=self.name,
+            hand_over=self.hand_over)
         started = asyncio.Event()
 
         async def background() -> None:

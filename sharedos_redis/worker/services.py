@@ -11,7 +11,7 @@ from anyio.abc import TaskStatus
 
 from ..errors import SharedOSError
 from ..store.boundary import Backoff
-from ..transport.relay import OutboxRelay
+from ..transport.relay import HandOverHook, OutboxRelay
 from .host import MessagingHost
 from .reconciler import Reconciler
 
@@ -82,15 +82,18 @@ class WorkerServices:
         block_ms: the relay's XREADGROUP block; bounds how long stopping takes.
         capacity: how many turns ``wake`` can start now (the relay reads no more);
             None reads full batches (arq queues the overflow).
+        hand_over: direct dispatch that hands the outbox entry to the turn's claim
+            (see :data:`~sharedos_redis.transport.relay.HandOverHook`).
     """
 
     def __init__(self, host: MessagingHost, *, wake: Callable[[str, str], Awaitable[None]],
                  rewake: Callable[[str, str, str], Awaitable[None]], consumer: str,
-                 block_ms: int = 250, capacity: Callable[[], int] | None = None) -> None:
+                 block_ms: int = 250, capacity: Callable[[], int] | None = None,
+                 hand_over: HandOverHook | None = None) -> None:
         self.relay = OutboxRelay(
             host.redis, [host.namespace], wake, consumer=consumer, block_ms=block_ms,
             claim_idle_ms=int(host.settings.claim_idle_s * 1000),
-            audit_maxlen=host.settings.audit_maxlen, capacity=capacity)
+            audit_maxlen=host.settings.audit_maxlen, capacity=capacity, hand_over=hand_over)
         self.reconciler = Reconciler(host, self.relay, rewake)
         self.route_lease = RouteLease(host)
         self._stop = anyio.Event()

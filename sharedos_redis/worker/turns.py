@@ -110,8 +110,9 @@ class TurnRunner:
         self._turn_ended = anyio.Event()
         self._claiming = 0
 
-    async def run(self, namespace: str, message_id: str) -> str:
+    async def run(self, namespace: str, message_id: str, *, relayed: str | None = None) -> str:
         """Claim and run the turn of request ``message_id``; returns what happened.
+        ``relayed``: the outbox entry the relay handed over, retired by the claim.
 
         Returns:
             ``"replied"``, a failure code, ``"handed_back"``, or the claim outcome
@@ -128,7 +129,7 @@ class TurnRunner:
         try:
             claim = await host.markers.claim_turn(
                 namespace, message_id, lease_ms=int(s.lease_s * 1000),
-                max_attempts=s.max_attempts, worker=self.worker)
+                max_attempts=s.max_attempts, worker=self.worker, relayed=relayed)
         finally:
             self._claiming -= 1
             self._wake_drain()
@@ -377,7 +378,8 @@ class TurnRunner:
             log.warning("request %s/%s not failed: %s", namespace, message_id, exc)
         return None
 
-    async def run_in_slot(self, namespace: str, message_id: str, slot: TurnSlot) -> str:
+    async def run_in_slot(self, namespace: str, message_id: str, slot: TurnSlot, *,
+                          relayed: str | None = None) -> str:
         """Run a woken turn in ``slot`` (given back while it waits for nested replies),
         then free the slot; returns the outcome (``"crashed"`` on an unexpected error).
 
@@ -386,18 +388,19 @@ class TurnRunner:
         """
         try:
             with occupying(slot):
-                return await self.run_safely(namespace, message_id)
+                return await self.run_safely(namespace, message_id, relayed=relayed)
         except Exception:
             log.exception("turn %s/%s crashed", namespace, message_id)
             return "crashed"
         finally:
             slot.close()
 
-    async def run_safely(self, namespace: str, message_id: str) -> str:
+    async def run_safely(self, namespace: str, message_id: str, *,
+                         relayed: str | None = None) -> str:
         """:meth:`run`, logging (not raising) store failures: the lease then expires and
         the reconciler re-runs the turn."""
         try:
-            return await self.run(namespace, message_id)
+            return await self.run(namespace, message_id, relayed=relayed)
         except (SharedOSError, BaseExceptionGroup) as exc:
             # a store error inside the turn's task group arrives wrapped in a group
             if isinstance(exc, BaseExceptionGroup):

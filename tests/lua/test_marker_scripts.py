@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import AuditEvent, agent, human
 from sharedos_redis.store.audit import RedisAuditSink
-from sharedos_redis.store.keys import Keys
+from sharedos_redis.store.keys import RELAY_GROUP, Keys
 from sharedos_redis.store.markers import MarkerStore, OpenScan, Settlement
 
 from ..router.router_support import (
@@ -164,7 +164,7 @@ async def test_claim_busy_expiry_renew_and_dead_letter(redis: Redis, ns: str,
 
     first = await markers.claim_turn(ns, "m-1", lease_ms=1000, max_attempts=2, worker="w1")
     assert (first.outcome, first.attempt, first.request) == ("claimed", 1, request)
-    assert first.requester_context is not None and first.requester_context.actor == agent("bob")
+    assert not hasattr(first, "requester_context")  # the requester's context stays in Redis
     busy = await markers.claim_turn(ns, "m-1", lease_ms=1000, max_attempts=2, worker="w2")
     assert (busy.outcome, busy.attempt, busy.request) == ("busy", 1, None)
     clock.ms += 500
@@ -283,3 +283,27 @@ async def test_every_script_audit_record_is_a_valid_event(redis: Redis, ns: str,
     assert events[0].metadata == {"worker": "w/1 é", "attempt": 1}
     assert {e.namespace_id for e in events} == {ns}
     await keyspace()
+
+
+async def test_a_claim_handed_over_by_the_relay_retires_its_outbox_entry_in_the_same_step(
+        redis: Redis, ns: str, keyspace: Keyspace) -> None:
+    markers, k = MarkerStore(redis), Keys(ns)
+    request = await open_marker(redis, ns)
+    await redis.xgroup_create(k.outbox, RELAY_GROUP, id="0", mkstream=True)
+    first = (await redis.xadd(k.outbox, {"id": "m-1"})).decode()
+    again = (await redis.xadd(k.outbox, {"id": "m-1"})).decode()  # a re-wake of the same turn
+    await redis.xreadgroup(RELAY_GROUP, "w1", {k.outbox: ">"})  # both pending in the relay
+
+    claim = await markers.claim_turn(ns, "m-1", lease_ms=10_000, max_attempts=3, worker="w1",
+                                     relayed=first)
+    busy = await markers.claim_turn(ns, "m-1", lease_ms=10_000, max_attempts=3, worker="w2",
+                                    relayed=again)
+
+    assert (claim.outcome, claim.request, busy.outcome) == ("claimed", request, "busy")
+    assert await redis.xlen(k.outbox) == 0  # both retired, the busy one too
+    assert (await redis.xpending(k.outbox, RELAY_GROUP))["pending"] == 0
+    records = await audit(redis, ns)
+    assert [(e.type, e.actor) for e in records] == [
+        ("message.dispatched", agent("bob")), ("turn.started", agent("bob"))]
+    assert len(await redis.xrange(k.audit)) == 1  # one entry for the claim's two records
+    assert await state_of(redis, ns, "m-1") == "running"
