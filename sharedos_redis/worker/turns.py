@@ -59,6 +59,12 @@ _FAILURE_CODES: Final = {
 _LATE_S: Final = 0.25
 """A renewal waking later than this (and than half its period) is logged as late."""
 
+_WATCH_AFTER_S: Final = 0.05
+"""A turn still running after this long starts watching its request's settlements (a
+cancel, a timeout, a cascade then stops it at once) and renews once, which confirms
+that nothing ended it before the watch began. A quicker turn is never watched: it
+costs the worker's listener no read per settlement."""
+
 
 def _taken_over(settlement: Settlement) -> bool:
     """A fenced settlement refused because another attempt claimed the request since."""
@@ -207,9 +213,15 @@ class TurnRunner:
                     nonlocal lost
                     # the request ending under the turn (cancel, timeout, cascade) wakes the
                     # renewal at once; the renewal then fails and the turn is stopped
+                    began = time.monotonic()
+                    await anyio.sleep(_WATCH_AFTER_S)
+                    late_s = time.monotonic() - began - _WATCH_AFTER_S
+                    if late_s > _LATE_S:  # the watchdog, for the first renewal too
+                        self._warn_late(request.id, claim.attempt, late_s,
+                                        expired=late_s >= s.lease_s)
                     async with host.router.watch_end(host.namespace, request.id) as ended:
                         lost = not await self._renew_until_lost(request.id, claim.attempt,
-                                                                ended)
+                                                                ended, at_once=True)
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(renew)
@@ -224,10 +236,11 @@ class TurnRunner:
         return (None if lost else result), lost
 
     async def _renew_until_lost(self, message_id: str, attempt: int,
-                                ended: WaitSlot | None = None) -> bool:
+                                ended: WaitSlot | None = None, *, at_once: bool = False
+                                ) -> bool:
         """Renew the lease every third of it, and at once when ``ended`` wakes (a
-        settlement of the request was seen); returns False once the request ended or
-        another attempt holds it.
+        settlement of the request was seen) or, with ``at_once``, when called; returns
+        False once the request ended or another attempt holds it.
 
         A watchdog: waking late means the event loop was blocked (a runtime calling
         blocking code); that is logged as a WARNING naming the turn and how late. When
@@ -238,16 +251,18 @@ class TurnRunner:
         host, s = self.host, self.host.settings
         period = s.lease_s / 3
         renewed = time.monotonic()
+        first = at_once
         while True:
             slept = time.monotonic()
             woken_by = None if ended is None else ended.event
-            with anyio.move_on_after(period) as waited:
+            with anyio.move_on_after(0 if first else period) as waited:
                 await (anyio.sleep_forever() if woken_by is None else woken_by.wait())
             hinted = False
             if ended is not None and woken_by is not None and woken_by.is_set():
                 hinted = True  # a settlement entry is only a hint: the renewal confirms it
                 ended.rearm(woken_by)
-            late_s = time.monotonic() - slept - period
+            late_s = time.monotonic() - slept - (0 if first else period)
+            first = False
             if waited.cancelled_caught and late_s > max(_LATE_S, period / 2):
                 self._warn_late(message_id, attempt, late_s,
                                 expired=time.monotonic() - renewed >= s.lease_s)
