@@ -51,8 +51,7 @@ from .contracts import (
     CapabilityGrant,
     CapabilityRequirement,
     ResourceRef,
-    format_timestamp,
-    timestamp_ms,
+    epoch_ms,
 )
 from .gates import SNAPSHOT, Gates
 from .matching import (
@@ -363,7 +362,7 @@ class CapabilityAuthorizer:
         return grants
 
     def _operation_ms(self) -> int | None:
-        return timestamp_ms(format_timestamp(self._clock())) if self._clock else None
+        return epoch_ms(self._clock()) if self._clock else None
 
     @staticmethod
     def _eligible(grant: CapabilityGrant, context: AccessContext, now_ms: int,

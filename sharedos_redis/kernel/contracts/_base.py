@@ -7,23 +7,25 @@ scalar types of ``_scalars``. Imports nothing of ours but ``errors``.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping
-from functools import cache
-from typing import Any, Literal, Self, TypeVar, cast
+from functools import cache, partial
+from operator import is_
+from typing import Any, Final, Literal, Self, TypeVar, cast
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     PrivateAttr,
-    SerializerFunctionWrapHandler,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
-    model_serializer,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from ...errors import ContractError, UnsupportedProtocolVersion
@@ -39,6 +41,7 @@ from ._scalars import (
     Purpose,
     Timestamp,
     encodable,
+    epoch_ms,
     format_timestamp,
     timestamp_ms,
 )
@@ -58,6 +61,7 @@ __all__ = [
     "Timestamp",
     "Versioned",
     "encodable",
+    "epoch_ms",
     "format_timestamp",
     "parse_json",
     "parse_wire",
@@ -68,16 +72,19 @@ __all__ = [
 T = TypeVar("T")
 
 
-_OPTIONAL: dict[type, tuple[tuple[str, tuple[str, ...]], ...]] = {}
+_IS_NONE: Final = partial(is_, None)
+"""``exclude_if`` of every optional field: a C-level call, no Python frame per field."""
+
+_NULL_CHECKED: dict[type, tuple[str, ...]] = {}
 
 
-def _optional_fields(cls: type[BaseModel]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(field name, its dump keys) of ``cls``'s optional fields, computed once per class."""
-    found = _OPTIONAL.get(cls)
+def _null_checked_keys(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The wire keys of ``cls``'s optional fields but ``version`` (computed once per class)."""
+    found = _NULL_CHECKED.get(cls)
     if found is None:
-        found = _OPTIONAL[cls] = tuple(
-            (name, tuple({field.alias or name, name}))
-            for name, field in cls.model_fields.items() if not field.is_required())
+        found = _NULL_CHECKED[cls] = tuple(
+            key for name, field in cls.model_fields.items()
+            if not field.is_required() and (key := field.alias or name) != "version")
     return found
 
 
@@ -104,28 +111,36 @@ class Contract(BaseModel):
         revalidate_instances="always",
     )
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Absent optional fields are omitted from the wire form: every field with a
+        # default (declared in this class; inherited ones already carry it) is excluded
+        # when its value is None. Set before pydantic collects the fields, so the
+        # omission runs inside pydantic-core (no Python serializer per model). A JSON
+        # null inside a value (a payload, metadata) and a required field's None stay.
+        super().__init_subclass__(**kwargs)
+        for name, annotation in inspect.get_annotations(cls).items():
+            if name.startswith("_") or name not in cls.__dict__ or "ClassVar" in str(annotation):
+                continue
+            default = cls.__dict__[name]
+            if isinstance(default, FieldInfo):
+                if default.exclude_if is None:
+                    default.exclude_if = _IS_NONE
+            elif not callable(default) and not isinstance(default, property | classmethod
+                                                          | staticmethod):
+                setattr(cls, name, Field(default=default, exclude_if=_IS_NONE))
+
     @model_validator(mode="before")
     @classmethod
     def _no_wire_nulls(cls, data: Any, info: ValidationInfo) -> Any:
         # On the wire an absent optional field is omitted, never null (as in SharedOS,
         # whose optional fields accept undefined only). Python callers may pass None.
-        if isinstance(data, Mapping) and info.context and info.context.get("wire"):
-            for name, field in cls.model_fields.items():
-                key = field.alias or name
-                if key != "version" and not field.is_required() and key in data \
-                        and data[key] is None:
+        context = info.context
+        if context and context.get("wire") and (type(data) is dict or isinstance(data, Mapping)):
+            for key in _null_checked_keys(cls):
+                if key in data and data[key] is None:
                     raise PydanticCustomError(
                         "null_optional", "absent optional fields are omitted, never null"
                     )
-        return data
-
-    @model_serializer(mode="wrap")
-    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = cast(dict[str, Any], handler(self))
-        for name, keys in _optional_fields(type(self)):
-            if getattr(self, name) is None:
-                for key in keys:
-                    data.pop(key, None)
         return data
 
     @classmethod

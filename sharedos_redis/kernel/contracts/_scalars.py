@@ -30,6 +30,7 @@ __all__ = [
     "Timestamp",
     "checked_namespace_id",
     "encodable",
+    "epoch_ms",
     "format_timestamp",
     "timestamp_ms",
 ]
@@ -114,10 +115,8 @@ def _parse_rfc3339(value: str) -> datetime:
     match = _TIMESTAMP.fullmatch(value)
     if match is None:
         raise ValueError("not an RFC 3339 timestamp")
-    year, month, day, hour, minute = (int(match.group(i)) for i in range(1, 6))
-    second = int(match.group(6) or 0)
-    frac = (match.group(7) or "0")[:3].ljust(3, "0")  # millisecond precision
-    zone = match.group(8)
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    frac = (fraction or "0")[:3].ljust(3, "0")  # millisecond precision
     if zone == "Z":
         tz: timezone = UTC
     else:
@@ -128,15 +127,24 @@ def _parse_rfc3339(value: str) -> datetime:
         sign = 1 if zone[0] == "+" else -1
         tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
     # datetime() rejects impossible dates (2026-02-30), hours > 23, minutes/seconds > 59.
-    return datetime(year, month, day, hour, minute, second, int(frac) * 1000, tzinfo=tz)
+    return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second or 0),
+                    int(frac) * 1000, tzinfo=tz)
 
 
-def _check_timestamp(value: str) -> str:
+@lru_cache(maxsize=8192)  # one round trip validates the same few timestamps many times
+def _timestamp_problem(value: str) -> str | None:
+    """Why ``value`` is no valid RFC 3339 timestamp, or None (a pure function of the text)."""
     try:
         _parse_rfc3339(value)
     except ValueError as exc:
-        raise PydanticCustomError("timestamp", "invalid RFC 3339 timestamp: {why}",
-                                  {"why": str(exc)}) from None
+        return str(exc)
+    return None
+
+
+def _check_timestamp(value: str) -> str:
+    why = _timestamp_problem(value)
+    if why is not None:
+        raise PydanticCustomError("timestamp", "invalid RFC 3339 timestamp: {why}", {"why": why})
     return value
 
 
@@ -161,9 +169,17 @@ def timestamp_ms(value: str) -> int:
 
 def format_timestamp(moment: datetime | None = None) -> str:
     """Format ``moment`` (default: now) as RFC 3339 UTC with milliseconds."""
-    m = (moment or datetime.now(UTC)).astimezone(UTC)
-    return (f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:"
-            f"{m.second:02d}.{m.microsecond // 1000:03d}Z")
+    m = datetime.now(UTC) if moment is None else moment
+    if m.tzinfo is not UTC:
+        m = m.astimezone(UTC)
+    # "YYYY-MM-DDTHH:MM:SS.mmm+00:00" (fraction truncated, year zero-padded) -> "...Z"
+    return m.isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def epoch_ms(moment: datetime) -> int:
+    """``timestamp_ms(format_timestamp(moment))`` without the text round trip."""
+    m = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    return (m - _EPOCH) // _ONE_MS
 
 
 def _check_json(value: object) -> Any:
