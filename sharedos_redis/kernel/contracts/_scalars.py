@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, timezone
-from functools import lru_cache
 from typing import Annotated, Any, Final, cast
 
 from pydantic import AfterValidator, PlainValidator, Strict, StringConstraints
@@ -131,20 +131,26 @@ def _parse_rfc3339(value: str) -> datetime:
                     int(frac) * 1000, tzinfo=tz)
 
 
-@lru_cache(maxsize=8192)  # one round trip validates the same few timestamps many times
-def _timestamp_problem(value: str) -> str | None:
-    """Why ``value`` is no valid RFC 3339 timestamp, or None (a pure function of the text)."""
-    try:
-        _parse_rfc3339(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
+_KNOWN_CAP: Final = 8192
+_KNOWN: dict[str, int] = {}
+"""Valid timestamp texts seen lately and their epoch ms (a pure function of the text, so
+never stale): a round trip formats and validates the same few timestamps many times."""
+
+
+def _remember(value: str, ms: int) -> None:
+    if len(_KNOWN) >= _KNOWN_CAP:
+        _KNOWN.clear()  # bounded; a forgotten text is only parsed again
+    _KNOWN[value] = ms
 
 
 def _check_timestamp(value: str) -> str:
-    why = _timestamp_problem(value)
-    if why is not None:
-        raise PydanticCustomError("timestamp", "invalid RFC 3339 timestamp: {why}", {"why": why})
+    if value in _KNOWN:
+        return value
+    try:
+        timestamp_ms(value)
+    except ValueError as exc:
+        raise PydanticCustomError("timestamp", "invalid RFC 3339 timestamp: {why}",
+                                  {"why": str(exc)}) from None
     return value
 
 
@@ -156,15 +162,18 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS: Final = timedelta(milliseconds=1)
 
 
-@lru_cache(maxsize=8192)  # grants' timestamps are compared on every decision
 def timestamp_ms(value: str) -> int:
     """Milliseconds since the epoch of a valid RFC 3339 timestamp.
 
     Raises:
         ValueError: when ``value`` is not a valid timestamp.
     """
-    # Integer arithmetic: float ``timestamp() * 1000`` truncates some values 1 ms low.
-    return (_parse_rfc3339(value) - _EPOCH) // _ONE_MS
+    ms = _KNOWN.get(value)
+    if ms is None:
+        # Integer arithmetic: float ``timestamp() * 1000`` truncates some values 1 ms low.
+        ms = (_parse_rfc3339(value) - _EPOCH) // _ONE_MS
+        _remember(value, ms)
+    return ms
 
 
 def format_timestamp(moment: datetime | None = None) -> str:
@@ -173,7 +182,10 @@ def format_timestamp(moment: datetime | None = None) -> str:
     if m.tzinfo is not UTC:
         m = m.astimezone(UTC)
     # "YYYY-MM-DDTHH:MM:SS.mmm+00:00" (fraction truncated, year zero-padded) -> "...Z"
-    return m.isoformat(timespec="milliseconds")[:-6] + "Z"
+    text = m.isoformat(timespec="milliseconds")[:-6] + "Z"
+    if text not in _KNOWN:  # valid by construction: its validation and epoch ms are free
+        _remember(text, (m - _EPOCH) // _ONE_MS)
+    return text
 
 
 def epoch_ms(moment: datetime) -> int:
@@ -182,7 +194,43 @@ def epoch_ms(moment: datetime) -> int:
     return (m - _EPOCH) // _ONE_MS
 
 
+def _children_ok(children: Iterable[Any], depth: int) -> bool:
+    """The common case of :func:`_check_json`, fast: True when every child (at ``depth``)
+    is plainly valid JSON of the exact built-in types; False on anything else, which
+    :func:`_walk_json` then decides (and names)."""
+    for item in children:
+        kind = type(item)
+        if kind is str:
+            ok = item.isascii() or encodable(item)
+        elif kind is dict or kind is list:
+            ok = depth < MAX_JSON_DEPTH and _container_ok(item, depth + 1)
+        elif kind is float:
+            ok = math.isfinite(item)
+        else:
+            ok = item is None or kind is int or kind is bool
+        if not ok:
+            return False
+    return True
+
+
+def _container_ok(item: Any, depth: int) -> bool:
+    """A plain list's or dict's children (at ``depth``); a dict's keys are valid text."""
+    if type(item) is list:
+        return _children_ok(item, depth)
+    for key in item:
+        if type(key) is not str or not (key.isascii() or encodable(key)):
+            return False
+    return _children_ok(item.values(), depth)
+
+
 def _check_json(value: object) -> Any:
+    """A JSON value: finite numbers, str keys, valid Unicode, bounded depth."""
+    if _children_ok((value,), 0):
+        return value
+    return _walk_json(value)
+
+
+def _walk_json(value: object) -> Any:
     """Walk a JSON value iteratively: finite numbers, str keys, bounded depth."""
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
