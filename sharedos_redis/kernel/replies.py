@@ -29,16 +29,20 @@ _RECEIPTS: Final = (DeliveryAccepted, DeliveryDelivered, DeliveryDenied, Deliver
 def check_receipt(raw: object, envelope: MessageEnvelope, at: str) -> MessageDeliveryResult:
     """The transport's receipt if it is valid and names ``envelope``; else a failed one.
 
-    A receipt instance is re-validated (a hand-built one may have skipped
-    validation); a mapping is parsed strictly; anything else is invalid.
+    A receipt instance that went through validation unchanged is taken as is; any
+    other (one made with ``model_construct``, a subclass) is re-validated; a mapping
+    is parsed strictly; anything else is invalid.
     """
     receipt: MessageDeliveryResult | None = None
-    try:
-        wire = raw.to_wire() if isinstance(raw, _RECEIPTS) else raw
-        if isinstance(wire, Mapping):
-            receipt = parse_wire(MessageDeliveryResult, wire)
-    except Exception:  # a hand-built receipt may not even serialise; it is just invalid
-        receipt = None
+    if isinstance(raw, _RECEIPTS) and type(raw) in _RECEIPTS and raw.is_validated:
+        receipt = raw
+    else:
+        try:
+            wire = raw.to_wire() if isinstance(raw, _RECEIPTS) else raw
+            if isinstance(wire, Mapping):
+                receipt = parse_wire(MessageDeliveryResult, wire)
+        except Exception:  # a hand-built receipt may not even serialise; it is just invalid
+            receipt = None
     if receipt is None or receipt.message_id != envelope.id:
         return DeliveryFailed(message_id=envelope.id, timestamp=at,
                               error=protocol_error("invalid_message_receipt"))

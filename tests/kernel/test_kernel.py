@@ -228,6 +228,8 @@ def _other_id(env: MessageEnvelope) -> object:
     (InMemoryTransport(receipt=lambda env: {"status": "accepted", "messageId": env.id}),
      "invalid_message_receipt"),
     (InMemoryTransport(receipt=lambda env: "accepted"), "invalid_message_receipt"),
+    (InMemoryTransport(receipt=lambda env: DeliveryAccepted.model_construct(
+        message_id=env.id, timestamp="yesterday")), "invalid_message_receipt"),
 ])
 async def test_send_message_transport_failures(transport: InMemoryTransport, code: str) -> None:
     world = make_world(send_grant("g-send", ALICE, BOB), transport=transport)

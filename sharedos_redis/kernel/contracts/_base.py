@@ -18,7 +18,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -204,23 +203,28 @@ class Checked(Contract):
     and skips the costly round trip for everything else.
     """
 
-    _validated: bool = PrivateAttr(default=False)
+    # The mark lives in pydantic's private-state slot as a plain dict, set by the after
+    # validator: no PrivateAttr, whose per-instance initialisation costs about as much as
+    # validating a small model. model_construct leaves the slot None (no private
+    # attributes), model_copy(update=...) empties it; copies, pickles and deep copies
+    # carry it like any private state.
 
     @model_validator(mode="after")
     def _mark_validated(self) -> Self:
-        self._validated = True
+        object.__setattr__(self, "__pydantic_private__", {"_validated": True})
         return self
 
     @property
     def is_validated(self) -> bool:
         """True when this instance went through validation unchanged."""
-        return self._validated
+        private = getattr(self, "__pydantic_private__", None)
+        return private is not None and private.get("_validated") is True
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """Copy; a copy with ``update`` is unvalidated (see the class docstring)."""
         copy = super().model_copy(update=update, deep=deep)
         if update:
-            copy._validated = False
+            object.__setattr__(copy, "__pydantic_private__", None)
         return copy
 
 

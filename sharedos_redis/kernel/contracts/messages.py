@@ -88,7 +88,7 @@ class MessageRequestArguments(Contract):
         return ServiceAddress(service_id=r.service_id)
 
 
-class DeliveryAccepted(Contract):
+class DeliveryAccepted(Checked):
     """The transport durably accepted the message (it will be delivered)."""
 
     status: Literal["accepted"] = "accepted"
@@ -97,7 +97,7 @@ class DeliveryAccepted(Contract):
     metadata: JsonObject | None = None
 
 
-class DeliveryDelivered(Contract):
+class DeliveryDelivered(Checked):
     """The transport delivered the message."""
 
     status: Literal["delivered"] = "delivered"
@@ -106,7 +106,7 @@ class DeliveryDelivered(Contract):
     metadata: JsonObject | None = None
 
 
-class DeliveryDenied(Contract):
+class DeliveryDenied(Checked):
     """The route refused the message; never upgraded to accepted."""
 
     status: Literal["denied"] = "denied"
@@ -116,7 +116,7 @@ class DeliveryDenied(Contract):
     metadata: JsonObject | None = None
 
 
-class DeliveryFailed(Contract):
+class DeliveryFailed(Checked):
     """Delivery failed."""
 
     status: Literal["failed"] = "failed"
