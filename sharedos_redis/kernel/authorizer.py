@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from functools import lru_cache
 
 from ._decision import CHECK, CONSUME, REACH, VISIBLE, Mode, Outcome, Walk, decision_event
 from .audit import audit_event
@@ -79,6 +80,14 @@ __all__ = ["CapabilityAuthorizer"]
 _TURN = ("turn", None, None)
 """The snapshot entry naming the turn a snapshot belongs to (see ``snapshot``)."""
 
+
+
+@lru_cache(maxsize=256)
+def _reach_requirement(namespace: str, action: str) -> CapabilityRequirement:
+    """``{namespace, []}`` with ``action``: what ``can_reach`` asks the host ceiling about
+    (frozen and validated, so one instance serves every call)."""
+    return CapabilityRequirement(resource=ResourceRef(namespace=namespace, path=()),
+                                 action=action)
 
 
 class CapabilityAuthorizer:
@@ -199,8 +208,7 @@ class CapabilityAuthorizer:
             return False
         operation_ms = self._operation_ms()
         walk = Walk(at_ms=max(now_ms, operation_ms or now_ms))
-        reach = CapabilityRequirement(resource=ResourceRef(namespace=namespace, path=()),
-                                      action=action)
+        reach = _reach_requirement(namespace, action)
         for grant in grants:
             if not self._eligible(grant, context, now_ms, operation_ms) or not any(
                     capability_reaches(capability, namespace, action, context.owner)

@@ -102,17 +102,48 @@ MESSAGES_REQUEST_TOOL: Final = ToolDefinition.from_wire({
 _ACCEPTED: Final = (DeliveryAccepted, DeliveryDelivered)
 
 
+_SCOPED_CAP: Final = 4096
+_SCOPED: dict[tuple[object, ...], CapabilityRequirement] = {}
+"""Recipient-scoped requirements built lately (frozen, validated): a pure function of
+the namespace, the action, the path and the owner, so a hit equals a fresh build."""
+
+
+def _scoped_requirement(context: AccessContext, namespace: str, path: tuple[str, str],
+                        action: str) -> CapabilityRequirement:
+    """``{namespace, path, owner=context.owner}`` with ``action``, validated like wire input.
+
+    Raises:
+        ContractError: a path segment is invalid (e.g. an id holding ``/``).
+    """
+    key: tuple[object, ...] | None = None
+    if type(context) is AccessContext and context.is_validated:  # its owner is a valid address
+        key = (namespace, action, *path, context.owner.kind, context.owner.id)
+        try:
+            found = _SCOPED.get(key)
+        except TypeError:  # an unhashable path segment: invalid, decided below
+            key, found = None, None
+        if found is not None:
+            return found
+    requirement = CapabilityRequirement.from_wire({
+        "resource": {"namespace": namespace, "path": list(path),
+                     "owner": context.owner.to_wire()},
+        "action": action,
+    })
+    if key is not None:
+        if len(_SCOPED) >= _SCOPED_CAP:
+            _SCOPED.clear()  # bounded; a forgotten requirement is only built again
+        _SCOPED[key] = requirement
+    return requirement
+
+
 def messaging_requirement(context: AccessContext, recipient: Address) -> CapabilityRequirement:
     """``{sharedos.messaging, [kind, id], owner=context.owner}`` with action ``send``.
 
     Raises:
         ContractError: the recipient id cannot be a path segment (e.g. it holds ``/``).
     """
-    return CapabilityRequirement.from_wire({
-        "resource": {"namespace": MESSAGING_NAMESPACE, "path": [recipient.kind, recipient.id],
-                     "owner": context.owner.to_wire()},
-        "action": "send",
-    })
+    return _scoped_requirement(context, MESSAGING_NAMESPACE, (recipient.kind, recipient.id),
+                               "send")
 
 
 def invoke_requirement(context: AccessContext, agent: AgentAddress) -> CapabilityRequirement:
@@ -121,11 +152,7 @@ def invoke_requirement(context: AccessContext, agent: AgentAddress) -> Capabilit
     Raises:
         ContractError: the agent id cannot be a path segment.
     """
-    return CapabilityRequirement.from_wire({
-        "resource": {"namespace": EXECUTION_NAMESPACE, "path": ["agent", agent.agent_id],
-                     "owner": context.owner.to_wire()},
-        "action": "invoke",
-    })
+    return _scoped_requirement(context, EXECUTION_NAMESPACE, ("agent", agent.agent_id), "invoke")
 
 
 def _delivery_outcome(receipt: MessageDeliveryResult) -> AuditOutcome:
