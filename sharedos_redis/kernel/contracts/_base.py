@@ -186,13 +186,17 @@ class Contract(BaseModel):
         """Parse JSON text; see :meth:`from_wire`."""
         return parse_json(cls, text)
 
+    # Both call the serializer model_dump / model_dump_json call, with the same options,
+    # without their Python wrapper (these are on every round trip's path).
+
     def to_wire(self) -> dict[str, Any]:
         """The JSON-compatible wire form (camelCase, absent optionals omitted)."""
-        return self.model_dump(mode="json", by_alias=True)
+        return cast(dict[str, Any], self.__pydantic_serializer__.to_python(
+            self, mode="json", by_alias=True))
 
     def to_json(self) -> str:
         """The wire form as compact JSON text."""
-        return self.model_dump_json(by_alias=True)
+        return self.__pydantic_serializer__.to_json(self, by_alias=True).decode()
 
 
 class Checked(Contract):
