@@ -16,6 +16,7 @@ revocation state of every id asked about and the revision, consistently.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
+from functools import lru_cache
 from typing import Final, cast
 
 from redis.asyncio import Redis
@@ -33,8 +34,19 @@ _SWAP_ATTEMPTS: Final = 64
 _PARSE_CACHE: Final = 4096
 
 
+@lru_cache(maxsize=256)
+def _keys(namespace_id: str) -> Keys:
+    """The namespace's keys (built once: every grant read names one of its keys)."""
+    return Keys(namespace_id)
+
+
+@lru_cache(maxsize=4096)
+def _subject_key(namespace_id: str, kind: str, ident: str) -> str:
+    return _keys(namespace_id).grants(kind, ident)
+
+
 def _key(namespace_id: str, subject: Address) -> str:
-    return Keys(namespace_id).grants(subject.kind, subject.id)
+    return _subject_key(namespace_id, subject.kind, subject.id)
 
 
 def _text(value: bytes | str | int) -> str:
@@ -169,7 +181,7 @@ class RedisGrantStore:
         """
         try:
             answer = await cast("Awaitable[list[bytes | None]]", self._redis.hmget(
-                Keys(namespace_id).revocations, ["", *grant_ids]))
+                _keys(namespace_id).revocations, ["", *grant_ids]))
         except STORE_ERRORS as exc:
             raise store_unavailable("grants.check", exc) from exc
         revision, *revoked_from = answer

@@ -36,6 +36,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Final, Protocol, cast
 
 import anyio
@@ -153,6 +154,12 @@ def _turn_fields() -> dict[str, str | int]:
     return {} if scope is None else {"parent": scope.request_id, "attempt": scope.attempt}
 
 
+@lru_cache(maxsize=256)
+def _keys(namespace: str) -> Keys:
+    """The namespace's keys, built once (every accept names nine of them)."""
+    return Keys(namespace)
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -268,7 +275,7 @@ class RedisStreamTransport:
         reservation: UseReservation | None,
     ) -> tuple[str, int]:
         """Run the accept script: (status, hops left | the stored deadline if attached)."""
-        keys = Keys(context.namespace_id)
+        keys = _keys(context.namespace_id)
         event = audit_event(context, "message.accepted", "succeeded", at=format_timestamp(now),
                             message_id=envelope.id, receiver=envelope.receiver)
         released = [] if reservation is None else [_released_event(
@@ -335,7 +342,7 @@ class RedisStreamTransport:
         reservation = reserved_use.get()
         if reservation is None:
             return
-        keys = Keys(context.namespace_id)
+        keys = _keys(context.namespace_id)
         event = _released_event(context, envelope, now, reservation, "payload_too_large")
         try:
             await self._scripts.call("release_grant_use", [keys.usage, keys.audit],
