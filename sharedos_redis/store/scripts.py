@@ -67,9 +67,15 @@ class Scripts:
         Raises:
             StoreUnavailable: Redis failed or could not be reached.
         """
+        script = self._script(name)
         with store_errors(name):
+            try:  # EVALSHA straight away: redis-py's script call adds nothing on this path
+                return await self._redis.evalsha(  # type: ignore[misc]  # async client
+                    script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # a restart or SCRIPT FLUSH: redis-py loads it again
+                pass
             try:
-                return await self._script(name)(keys=list(keys), args=list(args))
+                return await script(keys=list(keys), args=list(args))
             except NoScriptError:  # see the module doc: a promoted replica on a cluster
                 return await self._redis.eval(  # type: ignore[misc]  # async client
                     script_source(name), len(keys), *keys, *args)
