@@ -27,7 +27,7 @@ from .contracts import (
     ToolSucceeded,
     parse_wire,
 )
-from .ports import AuditSink, DeferringAuditSink
+from .ports import AuditSink
 from .requirements import RequirementResolver
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "ToolRegistry",
     "checked_tool_result",
     "protocol_error",
+    "queued_later",
     "record_outcome",
     "tool_denied",
     "tool_failed",
@@ -116,6 +117,17 @@ def tool_failed(call: ToolCall, at: str, code: str,
                       error=protocol_error(code, details))
 
 
+def queued_later(audit: AuditSink, event: AuditEvent) -> bool:
+    """Queue ``event`` with a :class:`~.ports.DeferringAuditSink`'s background writer;
+    False when ``audit`` cannot defer or its writer is not running (write it now).
+
+    The protocol's ``record_later`` member is looked up directly: an ``isinstance``
+    against the runtime-checkable protocol walks its members on every call.
+    """
+    record_later = getattr(audit, "record_later", None)
+    return record_later is not None and bool(record_later(event))
+
+
 async def record_outcome(audit: AuditSink, event: AuditEvent) -> bool:
     """Write an after-effect (or refusal) audit record; never raises on sink failure.
 
@@ -127,7 +139,7 @@ async def record_outcome(audit: AuditSink, event: AuditEvent) -> bool:
         True when the record was written.
     """
     try:
-        if isinstance(audit, DeferringAuditSink) and audit.record_later(event):
+        if queued_later(audit, event):
             return True  # written in order by the sink's background writer
         await audit.record(event)
     except Exception as exc:  # the sink may raise anything; cancellation still propagates

@@ -16,7 +16,7 @@ import copy
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -39,7 +39,6 @@ from .contracts import (
 )
 from .ids import new_id
 from .kernel import Kernel
-from .ports import DeferringAuditSink
 from .runtime_facade import RuntimeFacade
 from .runtime_host import (
     DEFAULT_MAX_STEPS,
@@ -51,7 +50,7 @@ from .runtime_host import (
     TurnLimits,
     TurnRequest,
 )
-from .tools import protocol_error, record_outcome
+from .tools import protocol_error, queued_later, record_outcome
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -78,14 +77,29 @@ _AUDIT_OUTCOME: dict[str, AuditOutcome] = {
 
 def _envelope_refusal(request: ExecutionRequest) -> str | None:
     """SPEC §4 steps 1-3: the first mismatch between context, agent and message."""
-    context, message, agent = request.context, request.message, request.agent.to_wire()
-    if context.actor.to_wire() != agent:
+    # an address's wire form is its kind and the one id field that kind has
+    context, message, agent = request.context, request.message, request.agent
+    if (context.actor.kind, context.actor.id) != (agent.kind, agent.id):
         return "actor_mismatch"
-    if message.receiver.to_wire() != agent:
+    if (message.receiver.kind, message.receiver.id) != (agent.kind, agent.id):
         return "receiver_mismatch"
     if message.trace_id != context.trace_id or message.purpose != context.purpose:
         return "message_context_mismatch"
     return None
+
+
+_R = TypeVar("_R", ExecutionSucceeded, ExecutionDenied, ExecutionFailed, ExecutionCancelled,
+              ExecutionEscalated)
+
+
+def _result(cls: type[_R], common: dict[str, Any], **fields: Any) -> _R:
+    """A turn's result from trusted parts: the ids of the validated request, the host's
+    events and clock, a checked output (``parse_wire``), a validated error or escalation.
+    Assembled without validating them again, unless the runtime annotated the turn: its
+    annotations are checked one by one, the metadata object as a whole only here."""
+    if common["metadata"] is None:
+        return cls.model_construct(**common, **fields)
+    return cls(**common, **fields)
 
 
 class TurnExecutor:
@@ -104,6 +118,11 @@ class TurnExecutor:
         self._kernel, self._runtime = kernel, runtime
         self._clock = clock or kernel.clock
         self._ids = ids
+
+    @property
+    def runtime(self) -> RuntimePlugin:
+        """The agent's turn logic this executor runs."""
+        return self._runtime
 
     def _now(self) -> str:
         return format_timestamp(self._clock())
@@ -145,8 +164,8 @@ class TurnExecutor:
         if code is not None:
             log.append("turn.denied", {"code": code})
             await self._audit(request, "turn.denied", "denied", code)
-            return ExecutionDenied(**self._common(request, log, started),
-                                   error=protocol_error(code))
+            return _result(ExecutionDenied, self._common(request, log, started),
+                           error=protocol_error(code))
         admitted = audit_event(
             request.context, "turn.admitted", "allowed", at=self._now(),
             receiver=request.agent, message_id=request.message.id,
@@ -155,7 +174,7 @@ class TurnExecutor:
         # written before we got here; a sink that writes in order in the background may
         # queue this one behind it. Otherwise it is a gate like any before-effect record.
         sink = self._kernel.audit
-        if not (isinstance(sink, DeferringAuditSink) and sink.record_later(admitted)):
+        if not queued_later(sink, admitted):
             try:
                 await sink.record(admitted)
             except Exception:  # before-effect record missing: the runtime is not started
@@ -232,12 +251,13 @@ class TurnExecutor:
         await self._audit(request, "turn.ended", status, code)
         common = self._common(request, log, started)
         if status == "succeeded":
-            return ExecutionSucceeded(**common, output=output)
+            return _result(ExecutionSucceeded, common, output=output)
         if escalation is not None:
-            return ExecutionEscalated(**common, escalation=escalation)
+            return _result(ExecutionEscalated, common, escalation=escalation)
         if status == "cancelled":
-            return ExecutionCancelled(**common, error=protocol_error(code or "turn_cancelled"))
-        return ExecutionFailed(**common, error=protocol_error(code or "runtime_failed"))
+            return _result(ExecutionCancelled, common,
+                           error=protocol_error(code or "turn_cancelled"))
+        return _result(ExecutionFailed, common, error=protocol_error(code or "runtime_failed"))
 
     async def _audit(self, request: ExecutionRequest, type: Any, status: str,
                      code: str | None) -> None:

@@ -25,6 +25,7 @@ from ..errors import ConfigurationError, ContractError
 from ..kernel.contracts import (
     AccessContext,
     Address,
+    AgentAddress,
     AuditEvent,
     CapabilityGrant,
     ExecutionOptions,
@@ -75,6 +76,11 @@ def budget_set_event(namespace: str, trace_id: str, hops: int, *, actor: Address
         id=new_id(), type="budget.set", outcome="succeeded", at=format_timestamp(),
         trace_id=trace_id, namespace_id=namespace, actor=actor, authority=actor, owner=actor,
         purpose=purpose, metadata={"hops": hops})
+
+
+def _identifier(value: str) -> bool:
+    """``value`` is a valid Identifier exactly as given (1-256 characters, no padding)."""
+    return 0 < len(value) <= 256 and value == value.strip()
 
 
 def nested_deadline_ms(start_ms: int, turn_timeout_ms: int) -> int:
@@ -133,6 +139,10 @@ class MessagingHost:
     connection: RedisSettings | None = None
     _tools: list[_Tool] = field(default_factory=list, init=False, repr=False)
     _tg: TaskGroup | None = field(default=None, init=False, repr=False)
+    # per-agent and per-catalogue values no request changes (built on first use)
+    _catalogue: tuple[ToolDefinition, ...] | None = field(default=None, init=False, repr=False)
+    _executors: dict[str, TurnExecutor] = field(default_factory=dict, init=False, repr=False)
+    _addresses: dict[str, AgentAddress] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         try:  # once, here: a padded or control-character id would split the keyspace
@@ -215,16 +225,24 @@ class MessagingHost:
                                  lambda ns, mid, n: self.markers.holds_lease(ns, mid, n))
         self.kernel.register_tool(definition, handler, resolve=resolve)
         self._tools.append(_Tool(definition, handler))
+        self._catalogue = None
 
     @property
     def tool_definitions(self) -> tuple[ToolDefinition, ...]:
         """Every registered tool, ``messages.request`` and ``sharedos.escalate`` included
         (an agent is offered the latter only with ``sharedos`` in its tool namespaces)."""
-        from ..kernel.escalation import ESCALATE_TOOL
-        from ..kernel.messaging import MESSAGES_REQUEST_TOOL
+        catalogue = self._catalogue
+        if catalogue is None:
+            from ..kernel.escalation import ESCALATE_TOOL
+            from ..kernel.messaging import MESSAGES_REQUEST_TOOL
 
-        return (MESSAGES_REQUEST_TOOL, ESCALATE_TOOL,
-                *(tool.definition for tool in self._tools))
+            # validated once per registration (a definition made with model_construct
+            # fails here, as it did in every ExecutionRequest built with it)
+            catalogue = self._catalogue = tuple(
+                ToolDefinition.__pydantic_validator__.validate_python(definition)
+                for definition in (MESSAGES_REQUEST_TOOL, ESCALATE_TOOL,
+                                   *(tool.definition for tool in self._tools)))
+        return catalogue
 
     def agent_spec(self, agent_id: str) -> AgentSpec | None:
         """The host's policy for ``agent_id``, or None when the host does not run it."""
@@ -249,15 +267,28 @@ class MessagingHost:
 
     def execution_request(self, agent_id: str, message: MessageEnvelope, *,
                           execution_id: str, timeout_ms: int | None = None) -> ExecutionRequest:
-        """The ExecutionRequest of ``agent_id``'s turn for ``message``."""
+        """The ExecutionRequest of ``agent_id``'s turn for ``message``.
+
+        Its parts are validated (the context and options here, the agent address and the
+        catalogue once, ``message`` wherever it was parsed or built); the request is then
+        assembled without validating them all again (the catalogue alone cost more than
+        the rest of a no-op turn's models). A ``message`` that did not go through
+        validation (``model_construct``), or an invalid ``execution_id``, takes the
+        validating constructor and fails there as before.
+        """
         context = self.context_for(agent_id, purpose=message.purpose, trace_id=message.trace_id)
         options = None
         if timeout_ms is not None:
             options = ExecutionOptions(timeout_ms=max(1, min(timeout_ms, 600_000)))
-        return ExecutionRequest(
-            execution_id=execution_id, agent=agent(agent_id), context=context, message=message,
-            tools=self.tool_definitions, options=options,
-        )
+        address = self._addresses.get(agent_id)
+        if address is None:
+            address = self._addresses[agent_id] = agent(agent_id)
+        fields: dict[str, Any] = {
+            "execution_id": execution_id, "agent": address, "context": context,
+            "message": message, "tools": self.tool_definitions, "options": options}
+        if message.is_validated and context.is_validated and _identifier(execution_id):
+            return ExecutionRequest.model_construct(**fields)
+        return ExecutionRequest(**fields)
 
     async def execute(self, agent_id: str, request: ExecutionRequest, *,
                       attempt: int = 1, turn_id: str | None = None) -> ExecutionResult:
@@ -268,12 +299,15 @@ class MessagingHost:
         :func:`nested_deadline_ms`), so the turn sees their typed outcome instead of
         being cancelled while it waits.
         """
-        spec = self.agents[agent_id]
+        runtime = self.agents[agent_id].runtime
+        executor = self._executors.get(agent_id)
+        if executor is None or executor.runtime is not runtime:
+            # one per agent: it holds only the kernel and the agent's runtime
+            executor = self._executors[agent_id] = TurnExecutor(self.kernel, runtime)
         options = request.options
         timeout_ms = options.timeout_ms if options and options.timeout_ms else 120_000
         with deadline_scope(nested_deadline_ms(int(time.time() * 1000), timeout_ms)):
-            return await TurnExecutor(self.kernel, spec.runtime).execute(
-                request, attempt=attempt, turn_id=turn_id)
+            return await executor.execute(request, attempt=attempt, turn_id=turn_id)
 
     async def start_turn(self, agent_id: str, payload: JsonValue, *, purpose: str,
                          trace_id: str | None = None, hops: int | None = None,
