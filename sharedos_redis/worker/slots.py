@@ -95,12 +95,19 @@ class TurnSlots:
         self.in_flight = anyio.CapacityLimiter(max(in_flight, running))
         self.holders: set[TurnSlot] = set()  # the slots holding an in-flight slot
         self._queued: Counter[str] = Counter()  # requests waiting in take()
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # only while a take() waits
 
     def changed(self) -> None:
-        """Wake the waiters of :meth:`take` to look for a deadlock again."""
-        self._changed.set()
-        self._changed = anyio.Event()
+        """Wake the waiters of :meth:`take` to look for a deadlock again (an event
+        exists only while one waits: a turn's slot changes create none)."""
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def _next_change(self) -> None:
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
 
     def deadlocked(self) -> str | None:
         """The request to fail when every in-flight turn waits on a request queued here
@@ -162,7 +169,7 @@ class TurnSlots:
                 async def watch() -> None:
                     nonlocal deadlocked
                     while self.deadlocked() != message_id or not message_id:
-                        await self._changed.wait()
+                        await self._next_change()
                     deadlocked = True
                     tg.cancel_scope.cancel()
 
