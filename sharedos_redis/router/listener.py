@@ -53,6 +53,12 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else "" if value is None else str(value)
 
 
+def _entry_field(raw: Any, name: str) -> object:
+    """One field of a stream entry read with or without ``decode_responses``."""
+    value = raw.get(name.encode())
+    return raw.get(name) if value is None else value
+
+
 async def guarded(limiter: anyio.CapacityLimiter, timeout_s: float, operation: str,
                   call: Callable[[], Awaitable[_T]]) -> _T:
     """Run one Redis call under ``limiter``, bounded by ``timeout_s``.
@@ -216,11 +222,13 @@ class SettledListener:
                 stream.position = _text(entry_id)
                 if not raw:
                     continue
-                fields = {_text(k): _text(v) for k, v in raw.items()}
-                slot = self._slots.get((stream.namespace, fields.get("id", "")))
+                # most entries have no waiter here (a worker sees every settlement of
+                # its namespace): decode the rest of an entry only for a waiter
+                slot = self._slots.get((stream.namespace, _text(_entry_field(raw, "id"))))
                 if slot is not None:
                     fault_point("listener.before_wake")
-                    slot.settle(Settled(fields.get("state", ""), fields.get("result", "")))
+                    slot.settle(Settled(_text(_entry_field(raw, "state")),
+                                        _text(_entry_field(raw, "result"))))
 
     def _drop_idle(self) -> None:
         cutoff = time.monotonic() - self._linger_s
