@@ -12,6 +12,8 @@ token: a stale attempt's is refused ``turn_lease_lost``. A renewal that wakes la
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import time
 from collections import Counter
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
+import sniffio
 
 from ..errors import SharedOSError
 from ..faults import fault_point
@@ -196,8 +199,9 @@ class TurnRunner:
 
     async def _run_leased(self, claim: TurnClaim, request: MessageEnvelope,
                           active: _Active) -> tuple[ExecutionResult | None, bool]:
-        """Run the turn while a sibling task renews the lease; returns the result (None
-        when it was stopped) and whether the lease was lost."""
+        """Run the turn while a sibling task renews the lease (started once the turn has
+        run for ``_WATCH_AFTER_S``); returns the result (None when it was stopped) and
+        whether the lease was lost."""
         host, s = self.host, self.host.settings
         remaining_ms = claim.deadline_ms - int(time.time() * 1000)
         timeout_ms = max(1, min(int(s.turn_timeout_s * 1000), remaining_ms))
@@ -208,13 +212,13 @@ class TurnRunner:
         lost = False
         with active.scope, tracking(active.effects):
             async with anyio.create_task_group() as tg:
+                began = time.monotonic()
+                renewing = False
 
                 async def renew() -> None:
                     nonlocal lost
                     # the request ending under the turn (cancel, timeout, cascade) wakes the
                     # renewal at once; the renewal then fails and the turn is stopped
-                    began = time.monotonic()
-                    await anyio.sleep(_WATCH_AFTER_S)
                     late_s = time.monotonic() - began - _WATCH_AFTER_S
                     if late_s > _LATE_S:  # the watchdog, for the first renewal too
                         self._warn_late(request.id, claim.attempt, late_s,
@@ -224,14 +228,32 @@ class TurnRunner:
                                                                 ended, at_once=True)
                     tg.cancel_scope.cancel()
 
-                tg.start_soon(renew)
-                # a fresh turn identity per attempt (ADR 0027): its own grant snapshot,
-                # named by its audit records; the attempt fences what it causes
-                scope = TurnScope(self.host.namespace, request.id, claim.attempt,
-                                  turn_id=active.turn_id)
-                with deadline_scope(claim.deadline_ms), turn_scope(scope):
-                    result = await host.execute(active.agent, execution, attempt=claim.attempt,
-                                                turn_id=scope.turn_id)
+                def start_renewal() -> None:
+                    nonlocal renewing
+                    if not renewing:
+                        renewing = True
+                        # a loop callback has no current task that would tell sniffio
+                        # (hence anyio) the library; its context is this turn's copy
+                        sniffio.current_async_library_cvar.set("asyncio")
+                        tg.start_soon(renew)
+
+                # The renewal task is started by a loop timer once the turn has run for
+                # _WATCH_AFTER_S, in a copy of the turn's context (as if started here): a
+                # quicker turn (most) never creates, nor cancels, one.
+                timer = asyncio.get_running_loop().call_later(
+                    _WATCH_AFTER_S, start_renewal, context=contextvars.copy_context())
+                try:
+                    # a fresh turn identity per attempt (ADR 0027): its own grant snapshot,
+                    # named by its audit records; the attempt fences what it causes
+                    scope = TurnScope(self.host.namespace, request.id, claim.attempt,
+                                      turn_id=active.turn_id)
+                    with deadline_scope(claim.deadline_ms), turn_scope(scope):
+                        result = await host.execute(active.agent, execution,
+                                                    attempt=claim.attempt,
+                                                    turn_id=scope.turn_id)
+                finally:
+                    renewing = True  # nothing starts it any more
+                    timer.cancel()
                 tg.cancel_scope.cancel()
         return (None if lost else result), lost
 
