@@ -25,7 +25,6 @@ from .audit import audit_event
 from .authorizer import CapabilityAuthorizer
 from .contracts import (
     AccessContext,
-    Address,
     AgentAddress,
     AuthorizationDecision,
     CapabilityRequirement,
@@ -79,9 +78,6 @@ def utc_now() -> datetime:
     """The default host clock: the current time in UTC."""
     return datetime.now(UTC)
 
-
-_REQUIREMENTS_KEPT = 4096
-"""The most (owner, agent) invoke requirements a kernel keeps (a host runs few agents)."""
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -141,9 +137,6 @@ class Kernel:
         self.audit = audit
         self.clock = clock
         self._tools = ToolRegistry(reserved=frozenset({MESSAGES_REQUEST, ESCALATE}))
-        # an agent's invoke requirement depends only on (owner, agent): parsed once each
-        self._invoke_requirements: dict[tuple[Address, AgentAddress],
-                                        CapabilityRequirement] = {}
         self._messaging = MessageService(authorizer=self.authorizer, audit=audit,
                                          transport=transport, router=router,
                                          message_ids=message_ids, clock=clock)
@@ -306,13 +299,8 @@ class Kernel:
     async def admit_turn(self, context: AccessContext,
                          agent: AgentAddress) -> AuthorizationDecision:
         """Consume ``sharedos.execution``/invoke on ``["agent", id]`` for a turn of ``agent``."""
-        key = (context.owner, agent)
-        requirement = self._invoke_requirements.get(key)
-        if requirement is None:
-            try:
-                requirement = invoke_requirement(context, agent)
-            except ContractError:
-                return AuthorizationDecision(allowed=False, reason_code="invalid_request")
-            if len(self._invoke_requirements) < _REQUIREMENTS_KEPT:
-                self._invoke_requirements[key] = requirement
+        try:
+            requirement = invoke_requirement(context, agent)
+        except ContractError:
+            return AuthorizationDecision(allowed=False, reason_code="invalid_request")
         return await self.authorizer.consume(context, requirement)
