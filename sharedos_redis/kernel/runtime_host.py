@@ -166,13 +166,8 @@ class EventLog:
         self.annotations: dict[str, JsonValue] = {}
 
     def append(self, type: str, data: JsonValue) -> None:
-        """Append one event stamped with the next sequence number and the clock.
-
-        Every field is the host's own (the ids of a validated request, a host-chosen
-        type, data built from validated values, the host clock), so the event is
-        assembled without validation; nothing a runtime hands over goes in unchecked.
-        """
-        self.events.append(ExecutionEvent.model_construct(
+        """Append one event stamped with the next sequence number and the clock."""
+        self.events.append(ExecutionEvent(
             event_id=self._ids(), execution_id=self._execution_id, trace_id=self._trace_id,
             sequence=len(self.events), type=type, data=data,
             occurred_at=format_timestamp(self._clock())))

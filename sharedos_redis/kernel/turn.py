@@ -16,7 +16,7 @@ import copy
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 
@@ -88,20 +88,6 @@ def _envelope_refusal(request: ExecutionRequest) -> str | None:
     return None
 
 
-_R = TypeVar("_R", ExecutionSucceeded, ExecutionDenied, ExecutionFailed, ExecutionCancelled,
-              ExecutionEscalated)
-
-
-def _result(cls: type[_R], common: dict[str, Any], **fields: Any) -> _R:
-    """A turn's result from trusted parts: the ids of the validated request, the host's
-    events and clock, a checked output (``parse_wire``), a validated error or escalation.
-    Assembled without validating them again, unless the runtime annotated the turn: its
-    annotations are checked one by one, the metadata object as a whole only here."""
-    if common["metadata"] is None:
-        return cls.model_construct(**common, **fields)
-    return cls(**common, **fields)
-
-
 class TurnExecutor:
     """Runs one agent's turns through a :class:`RuntimePlugin`.
 
@@ -164,8 +150,8 @@ class TurnExecutor:
         if code is not None:
             log.append("turn.denied", {"code": code})
             await self._audit(request, "turn.denied", "denied", code)
-            return _result(ExecutionDenied, self._common(request, log, started),
-                           error=protocol_error(code))
+            return ExecutionDenied(**self._common(request, log, started),
+                                   error=protocol_error(code))
         admitted = audit_event(
             request.context, "turn.admitted", "allowed", at=self._now(),
             receiver=request.agent, message_id=request.message.id,
@@ -251,13 +237,12 @@ class TurnExecutor:
         await self._audit(request, "turn.ended", status, code)
         common = self._common(request, log, started)
         if status == "succeeded":
-            return _result(ExecutionSucceeded, common, output=output)
+            return ExecutionSucceeded(**common, output=output)
         if escalation is not None:
-            return _result(ExecutionEscalated, common, escalation=escalation)
+            return ExecutionEscalated(**common, escalation=escalation)
         if status == "cancelled":
-            return _result(ExecutionCancelled, common,
-                           error=protocol_error(code or "turn_cancelled"))
-        return _result(ExecutionFailed, common, error=protocol_error(code or "runtime_failed"))
+            return ExecutionCancelled(**common, error=protocol_error(code or "turn_cancelled"))
+        return ExecutionFailed(**common, error=protocol_error(code or "runtime_failed"))
 
     async def _audit(self, request: ExecutionRequest, type: Any, status: str,
                      code: str | None) -> None:

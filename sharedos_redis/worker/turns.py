@@ -384,14 +384,10 @@ class TurnRunner:
         when another attempt runs the request meanwhile or it ended."""
         markers = self.host.markers
         if isinstance(result, ExecutionSucceeded):
-            # the host authors the reply from the validated request and the executor's
-            # checked output: assembled without validating them again
-            fields = {"id": new_id(), "sender": request.receiver, "receiver": request.sender,
-                      "purpose": request.purpose, "payload": result.output,
-                      "trace_id": request.trace_id, "created_at": format_timestamp(),
-                      "reply_to": request.id}
-            reply = (MessageEnvelope.model_construct(**fields) if request.is_validated
-                     else MessageEnvelope(**fields))
+            reply = MessageEnvelope(
+                id=new_id(), sender=request.receiver, receiver=request.sender,
+                purpose=request.purpose, payload=result.output, trace_id=request.trace_id,
+                created_at=format_timestamp(), reply_to=request.id)
             settlement = await markers.settle_reply(namespace, reply, attempt=attempt)
             if settlement.settled:
                 return "replied"
