@@ -213,7 +213,7 @@ class TurnRunner:
         with active.scope, tracking(active.effects):
             async with anyio.create_task_group() as tg:
                 began = time.monotonic()
-                renewing = False
+                renewing = closed = False
 
                 async def renew() -> None:
                     nonlocal lost
@@ -230,7 +230,7 @@ class TurnRunner:
 
                 def start_renewal() -> None:
                     nonlocal renewing
-                    if not renewing:
+                    if not (renewing or closed):
                         renewing = True
                         # a loop callback has no current task that would tell sniffio
                         # (hence anyio) the library; its context is this turn's copy
@@ -252,9 +252,10 @@ class TurnRunner:
                                                     attempt=claim.attempt,
                                                     turn_id=scope.turn_id)
                 finally:
-                    renewing = True  # nothing starts it any more
+                    closed = True  # nothing starts it any more
                     timer.cancel()
-                tg.cancel_scope.cancel()
+                if renewing:  # else the group has no task to stop (cancelling costs too)
+                    tg.cancel_scope.cancel()
         return (None if lost else result), lost
 
     async def _renew_until_lost(self, message_id: str, attempt: int,
