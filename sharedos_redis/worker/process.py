@@ -56,12 +56,14 @@ class ResilientWorker(Worker):
     async def main(self) -> None:
         """arq's ``main`` without its start-up INFO call (an ACL user limited to its
         namespace need not be granted INFO): start-up, then poll until stopped."""
-        log.info("worker %s serving namespace %r (queue %s, max_jobs %d, max_in_flight %d)",
-                 self.app.name, self.app.host.namespace, self.queue_name,
-                 self.app.host.settings.max_jobs, self.max_jobs)
         await self.pool.ping()  # unreachable Redis fails start-up here, in one line
         self.ctx["redis"] = self.pool
         await self.app.on_startup(self.ctx)
+        # only now: the route lease is held and the relay runs (a request accepted after
+        # this line is served; the benchmark waits for it before its first request)
+        log.info("worker %s serving namespace %r (queue %s, max_jobs %d, max_in_flight %d)",
+                 self.app.name, self.app.host.namespace, self.queue_name,
+                 self.app.host.settings.max_jobs, self.max_jobs)
         async for _ in poll(self.poll_delay_s):
             await self._poll_iteration()
             if self.burst and await self._burst_done():
