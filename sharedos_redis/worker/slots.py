@@ -28,7 +28,27 @@ import anyio
 from ..kernel.contracts import AccessContext, MessageDeliveryResult, MessageEnvelope
 from ..kernel.ports import MessageRequestRouter
 
-__all__ = ["Deadlocked", "SlotReleasingRouter", "TurnSlot", "TurnSlots", "occupying"]
+__all__ = ["Deadlocked", "Signal", "SlotReleasingRouter", "TurnSlot", "TurnSlots", "occupying"]
+
+
+class Signal:
+    """A broadcast wake-up whose event exists only while someone waits (firing it when
+    nobody waits, as every turn does, creates nothing)."""
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def fire(self) -> None:
+        """Wake every current waiter."""
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
+
+    async def wait(self) -> None:
+        """Wait for the next :meth:`fire`."""
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()
 
 
 class Deadlocked(Exception):
@@ -95,19 +115,12 @@ class TurnSlots:
         self.in_flight = anyio.CapacityLimiter(max(in_flight, running))
         self.holders: set[TurnSlot] = set()  # the slots holding an in-flight slot
         self._queued: Counter[str] = Counter()  # requests waiting in take()
-        self._changed: anyio.Event | None = None  # only while a take() waits
+        self._changed = Signal()  # what a waiting take() waits for
 
     def changed(self) -> None:
         """Wake the waiters of :meth:`take` to look for a deadlock again (an event
         exists only while one waits: a turn's slot changes create none)."""
-        changed, self._changed = self._changed, None
-        if changed is not None:
-            changed.set()
-
-    async def _next_change(self) -> None:
-        if self._changed is None:
-            self._changed = anyio.Event()
-        await self._changed.wait()
+        self._changed.fire()
 
     def deadlocked(self) -> str | None:
         """The request to fail when every in-flight turn waits on a request queued here
@@ -169,7 +182,7 @@ class TurnSlots:
                 async def watch() -> None:
                     nonlocal deadlocked
                     while self.deadlocked() != message_id or not message_id:
-                        await self._next_change()
+                        await self._changed.wait()
                     deadlocked = True
                     tg.cancel_scope.cancel()
 

@@ -45,7 +45,7 @@ from ..transport.deadlines import deadline_scope
 from ..transport.turn_scope import TurnScope, turn_scope
 from .effects import TurnEffects, tracking
 from .host import MessagingHost
-from .slots import Deadlocked, TurnSlot, TurnSlots, occupying
+from .slots import Deadlocked, Signal, TurnSlot, TurnSlots, occupying
 
 __all__ = ["DrainReport", "TurnRunner", "failure_code"]
 
@@ -116,7 +116,7 @@ class TurnRunner:
         self.accepting = True
         self.active: dict[str, _Active] = {}
         self.outcomes: Counter[str] = Counter()
-        self._turn_ended: anyio.Event | None = None  # only while a drain waits
+        self._turn_ended = Signal()  # what a drain waits for
         self._claiming = 0
 
     async def run(self, namespace: str, message_id: str, *, relayed: str | None = None) -> str:
@@ -348,16 +348,8 @@ class TurnRunner:
         return "handed_back"
 
     def _wake_drain(self) -> None:
-        """Wake a waiting drain (an event only exists while one waits: none per turn)."""
-        ended, self._turn_ended = self._turn_ended, None
-        if ended is not None:
-            ended.set()
-
-    async def _next_turn_end(self) -> None:
-        """Wait until a turn ends or a claim under way returns."""
-        if self._turn_ended is None:
-            self._turn_ended = anyio.Event()
-        await self._turn_ended.wait()
+        """Wake a waiting drain: a turn ended or a claim under way returned."""
+        self._turn_ended.fire()
 
     async def drain(self, grace_s: float) -> DrainReport:
         """Stop taking turns, let running ones finish within ``grace_s``, then hand back
@@ -366,14 +358,14 @@ class TurnRunner:
         before = dict(self.outcomes)
         with anyio.move_on_after(grace_s):
             while self.active or self._claiming:
-                await self._next_turn_end()
+                await self._turn_ended.wait()
         finished = sum(self.outcomes.values()) - sum(before.values())
         for active in self.active.values():
             active.handing_back = True
             active.scope.cancel()
         with anyio.move_on_after(10):
             while self.active or self._claiming:
-                await self._next_turn_end()
+                await self._turn_ended.wait()
         return DrainReport(finished=finished,
                            handed_back=self.outcomes["handed_back"] - before.get("handed_back", 0),
                            interrupted=self.outcomes["recipient_turn_interrupted"]
