@@ -11,7 +11,24 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.client import RedisSettings, create_redis
 
+from ..servers import RedisServer
 from ..servers.cluster import LocalCluster, namespaces_on_distinct_nodes
+from ..support import drop_namespace
+
+
+@pytest.fixture
+def server(redis_server: RedisServer) -> RedisServer:
+    """The private ``redis-server`` the worker-process tests deploy on."""
+    return redis_server
+
+
+@pytest.fixture
+async def client(server: RedisServer, ns: str) -> AsyncIterator[Redis]:
+    """A client of ``server``; the test's namespace is dropped afterwards."""
+    redis = Redis.from_url(server.url)
+    yield redis
+    await drop_namespace(redis, ns)
+    await redis.aclose()
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -100,3 +101,13 @@ async def put(host: MessagingHost, *grants: CapabilityGrant) -> None:
 
 async def read_file_handler(context: AccessContext, call: ToolCall) -> JsonValue:
     return {"text": f"read by {context.actor.id}"}
+
+
+class Clock:
+    """A settable clock for the marker scripts: deadlines and leases pass without sleeping."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0
+
+    def __call__(self) -> int:
+        return int(time.time() * 1000) + self.offset_ms

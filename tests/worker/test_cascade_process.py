@@ -23,8 +23,8 @@ from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.directory import AgentDirectory
 from sharedos_redis.store.tree import CASCADE_CODE
 
-from ..servers import RedisServer, ServerPool
-from ..support import drop_namespace, eventually
+from ..servers import RedisServer
+from ..support import eventually
 from . import tree_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -32,17 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-async def server(servers: ServerPool) -> RedisServer:
-    return await servers.redis()
-
-
-@pytest.fixture
-async def client(server: RedisServer, ns: str) -> AsyncIterator[Redis]:
-    redis = Redis.from_url(server.url)
-    yield redis
-    await drop_namespace(redis, ns)
-    await redis.delete(tree_app.signals_key(ns))
-    await redis.aclose()
+async def client(client: Redis, ns: str) -> AsyncIterator[Redis]:
+    """The worker tests' client; the tree app's signals key is deleted too."""
+    yield client
+    await client.delete(tree_app.signals_key(ns))
 
 
 @pytest.fixture

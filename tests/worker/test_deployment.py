@@ -41,11 +41,6 @@ CLI = [sys.executable, "-m", "sharedos_redis.worker.cli"]
 
 
 @pytest.fixture
-async def server(servers: ServerPool) -> RedisServer:
-    return await servers.redis()
-
-
-@pytest.fixture
 async def client(server: RedisServer) -> AsyncIterator[Redis]:
     redis = Redis.from_url(server.url)
     yield redis

@@ -35,21 +35,12 @@ from sharedos_redis.worker.reconciler import STEP_LIMIT, Reconciler
 
 from ..router.router_support import ObservedMarkers
 from ..support import scan_keyspace
-from .helpers import ask, drop_namespace, invoke_grant, make_host, put, send_grant
+from .helpers import Clock, ask, drop_namespace, invoke_grant, make_host, put, send_grant
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
 FAST = RouterSettings(listener_block_ms=50, grace_ms=50)
 
-
-class Clock:
-    """A settable clock for the marker scripts (deadlines pass without sleeping)."""
-
-    def __init__(self) -> None:
-        self.offset_ms = 0
-
-    def __call__(self) -> int:
-        return int(time.time() * 1000) + self.offset_ms
 
 
 @pytest.fixture

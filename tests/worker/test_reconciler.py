@@ -14,19 +14,10 @@ from sharedos_redis.transport.relay import OutboxRelay
 from sharedos_redis.worker.host import MessagingHost
 from sharedos_redis.worker.reconciler import Reconciler
 
-from .helpers import answer, drop_namespace, make_host
+from .helpers import Clock, answer, drop_namespace, make_host
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("served")]  # no worker runs
 
-
-class Clock:
-    """A settable clock for the marker scripts (no sleeping to let leases expire)."""
-
-    def __init__(self) -> None:
-        self.offset_ms = 0
-
-    def __call__(self) -> int:
-        return int(time.time() * 1000) + self.offset_ms
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from sharedos_redis.worker.host import MessagingHost
 from ..support import eventually
 from . import proc_app
 from .helpers import invoke_grant, put, send_grant
-from .test_deployment import Worker, client, server, workers
+from .test_deployment import Worker, client, workers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-__all__ = ["client", "server", "workers"]  # fixtures, imported
+__all__ = ["client", "workers"]  # fixtures, imported
 
 
 async def _lease(host: MessagingHost, agent_id: str) -> int | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -18,26 +17,12 @@ from sharedos_redis.router.router import RedisRequestRouter
 from sharedos_redis.store.markers import MarkerStore
 
 from ..router.tree_support import Built, build_tree, reply
-from ..servers import RedisServer, ServerPool
-from ..support import drop_namespace
+from ..servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = Path(__file__).parent / "snapshots" / "show_trace_30.txt"
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-@pytest.fixture
-async def server(servers: ServerPool) -> RedisServer:
-    return await servers.redis()
-
-
-@pytest.fixture
-async def client(server: RedisServer, ns: str) -> AsyncIterator[Redis]:
-    redis = Redis.from_url(server.url)
-    yield redis
-    await drop_namespace(redis, ns)
-    await redis.aclose()
 
 
 async def _show(url: str, ns: str, *args: str) -> tuple[int, str, str]:

@@ -23,7 +23,6 @@ from sharedos_redis.store.keys import Keys
 from sharedos_redis.transport.turn_scope import child_id
 from sharedos_redis.worker.host import MessagingHost
 
-from ..servers import RedisServer, ServerPool
 from ..support import eventually, wait_served
 from . import proc_app
 from .conftest import Target
@@ -31,12 +30,6 @@ from .helpers import grant, invoke_grant, put, send_grant
 from .test_deployment import Worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-
-@pytest.fixture
-async def server(servers: ServerPool) -> RedisServer:
-    """The private server the ``single`` target deploys on."""
-    return await servers.redis()
 
 
 @pytest.fixture

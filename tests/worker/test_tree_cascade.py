@@ -4,7 +4,6 @@ cancelled in the same pass, and open requests whose parent ended without its cas
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -20,19 +19,10 @@ from sharedos_redis.worker.reconciler import Reconciler
 from sharedos_redis.worker.turns import TurnRunner
 
 from ..router.tree_support import build_tree
-from .helpers import answer, drop_namespace, make_host
+from .helpers import Clock, answer, drop_namespace, make_host
 
 pytestmark = pytest.mark.anyio
 
-
-class Clock:
-    """A settable clock for the marker scripts (no sleeping to let deadlines pass)."""
-
-    def __init__(self) -> None:
-        self.offset_ms = 0
-
-    def __call__(self) -> int:
-        return int(time.time() * 1000) + self.offset_ms
 
 
 @pytest.fixture
