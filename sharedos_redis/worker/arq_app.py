@@ -109,29 +109,23 @@ class WorkerApp:
                                         _job_id=keys.job_id(message_id, suffix),
                                         _queue_name=keys.arq_queue)
 
-    def _try_direct(self, namespace: str, message_id: str, relayed: str | None = None) -> bool:
-        """Start the turn in this worker now if a slot is free (False: enqueue it);
-        ``relayed``: the outbox entry its claim retires (see :meth:`hand_over`)."""
-        if self._tg is None or not self.runner.accepting:
+    def hand_over(self, namespace: str, message_id: str, entry_id: str) -> bool:
+        """The relay's direct dispatch: start the turn now if a slot is free and let its
+        claim retire outbox entry ``entry_id`` (one script instead of the relay's dispatch
+        and the turn's claim); False leaves the entry to the relay's wake-up (enqueue)."""
+        if not self.host.settings.direct_dispatch or self._tg is None \
+                or not self.runner.accepting:
             return False
         slot = self.slots.try_take()
         if slot is None:
             return False
-        self._tg.start_soon(partial(self.runner.run_in_slot, relayed=relayed),
+        self._tg.start_soon(partial(self.runner.run_in_slot, relayed=entry_id),
                             namespace, message_id, slot)
         return True
 
-    def hand_over(self, namespace: str, message_id: str, entry_id: str) -> bool:
-        """The relay's direct dispatch: start the turn now if a slot is free and let its
-        claim retire outbox entry ``entry_id`` (one script instead of the relay's dispatch
-        and the turn's claim); False leaves the entry to the relay's wake-up."""
-        return self.host.settings.direct_dispatch and self._try_direct(
-            namespace, message_id, entry_id)
-
     async def wake(self, namespace: str, message_id: str) -> None:
-        """Start (direct dispatch) or enqueue the turn of a newly accepted request."""
-        if self.host.settings.direct_dispatch and self._try_direct(namespace, message_id):
-            return
+        """Enqueue the turn of a newly accepted request (the relay calls this only when
+        :meth:`hand_over` did not start it here)."""
         await self._enqueue(namespace, message_id)
 
     async def rewake(self, namespace: str, message_id: str, reason: str) -> None:
