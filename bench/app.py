@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 
 from sharedos_redis.kernel.contracts import (
     Capability,
@@ -23,7 +23,7 @@ from sharedos_redis.kernel.contracts import (
 )
 from sharedos_redis.kernel.contracts import agent as agent_address
 from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
-from sharedos_redis.store.client import RedisSettings, create_redis
+from sharedos_redis.store.client import RedisSettings, create_pool, create_redis
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
 
@@ -70,11 +70,8 @@ def named_client(url: str, name: str, *, max_connections: int | None = None) -> 
     so ``CLIENT LIST`` can count this process's connections."""
     s = RedisSettings(url=url) if max_connections is None else RedisSettings(
         url=url, max_connections=max_connections)
-    pool = BlockingConnectionPool.from_url(
-        url, max_connections=s.max_connections, timeout=s.pool_timeout_s,
-        socket_timeout=s.socket_timeout_s, socket_connect_timeout=s.socket_connect_timeout_s,
-        health_check_interval=s.health_check_interval_s, decode_responses=False,
-        client_name=name)
+    pool = create_pool(s)
+    pool.connection_kwargs["client_name"] = name
     return Redis.from_pool(pool)
 
 

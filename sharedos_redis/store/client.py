@@ -32,12 +32,18 @@ from typing import Any, Self
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import Connection, ConnectionPool, Redis
 from redis.asyncio.connection import parse_url
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 
 from ..errors import ConfigurationError
 from .cluster import ClusterClient, as_redis
+from .connection import QuickCheckoutPool, quick_connection_class
 
 __all__ = ["ENV_PREFIX", "RedisSettings", "create_pool", "create_redis"]
 
@@ -185,7 +191,7 @@ class RedisSettings(BaseModel):
         return kwargs
 
 
-class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+class _BlockingSentinelPool(SentinelConnectionPool, QuickCheckoutPool):
     """A Sentinel-managed pool whose callers wait for a free connection, like the others."""
 
 
@@ -210,8 +216,9 @@ def _sentinel_pool(settings: RedisSettings) -> ConnectionPool:
                                ssl=True)
     manager = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
     return _BlockingSentinelPool(  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        path[0], manager, ssl=tls, max_connections=settings.max_connections,
-        timeout=settings.pool_timeout_s, is_master=True, **kwargs)
+        path[0], manager, is_master=True, max_connections=settings.max_connections,
+        timeout=settings.pool_timeout_s, connection_class=quick_connection_class(
+            SentinelManagedSSLConnection if tls else SentinelManagedConnection), **kwargs)
 
 
 def _addresses(netloc: str, what: str) -> list[tuple[str, int]]:
@@ -268,8 +275,10 @@ def create_pool(settings: RedisSettings) -> ConnectionPool:
     # the settings' own fields (username, password, db, ...) win over the URL's, as
     # documented; redis-py's from_url would let the URL win
     options.update(settings._connection_kwargs())
-    options.update(max_connections=settings.max_connections, timeout=settings.pool_timeout_s)
-    return BlockingConnectionPool(**options)
+    options.update(max_connections=settings.max_connections, timeout=settings.pool_timeout_s,
+                   connection_class=quick_connection_class(
+                       options.get("connection_class", Connection)))
+    return QuickCheckoutPool(**options)
 
 
 def create_redis(settings: RedisSettings) -> Redis:

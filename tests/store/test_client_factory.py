@@ -50,7 +50,7 @@ def test_tls_url_carries_ca_client_cert_and_checks_hostnames_by_default() -> Non
                                       ssl_ca_certs="/ca.pem", ssl_certfile="/c.pem",
                                       ssl_keyfile="/k.pem")
     pool = create_pool(settings)
-    assert pool.connection_class is SSLConnection
+    assert issubclass(pool.connection_class, SSLConnection)
     kwargs = pool.connection_kwargs
     assert kwargs["ssl_ca_certs"] == "/ca.pem" and kwargs["ssl_certfile"] == "/c.pem"
     assert kwargs["ssl_check_hostname"] is True and kwargs["ssl_cert_reqs"] == "required"
