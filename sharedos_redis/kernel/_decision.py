@@ -21,6 +21,7 @@ from .contracts import (
     format_timestamp,
 )
 from .matching import ceiling_reached, covering_capability
+from .ports import CheckedGrants
 from .reasons import AuthorizationReason
 
 __all__ = ["CHECK", "CONSUME", "REACH", "VISIBLE", "Mode", "Outcome", "Walk", "decision_event"]
@@ -61,13 +62,18 @@ VISIBLE: Final = Mode("visible", ceiling_reached, uses=False)
 
 @dataclass(slots=True)
 class Walk:
-    """What one grant walk has seen so far."""
+    """What one grant walk has seen so far.
+
+    ``prefetched`` is the revocation read that came with this walk's own grant load (a
+    snapshot miss): the revocation gate may answer from it in this walk only.
+    """
 
     at_ms: int = 0
     exhausted: bool = False
     unverified: tuple[str, str] | None = None
     invalid: tuple[str, str] | None = None
     checks: list[JsonValue] = field(default_factory=list)
+    prefetched: CheckedGrants | None = None
 
     def end(self, reason: AuthorizationReason, grant_id: str | None = None, **more: Any) -> Outcome:
         return Outcome(reason, grant_id, checks=tuple(self.checks), **more)

@@ -31,6 +31,12 @@ Choices where the SPEC leaves room (documented deviations):
   once per qualifying candidate, after matching and before use accounting; a
   revoked candidate is skipped, a failed or malformed read fails the decision
   closed (``authority_unavailable``). The reads go to ``metadata.revocationChecks``.
+  When one object is both the grant source and the revocation source and offers
+  :class:`CheckedGrantSource`, a decision that loads the grants (a snapshot miss)
+  reads the revocation state of the loaded ids in the same read, and its own walk
+  answers from it for candidates whose whole chain it covers; any other check, and
+  every later decision of the snapshot, reads the source afresh (still one fresh
+  read per decision).
 * **Unauditable decisions.** A context so malformed that no valid audit record
   can be attributed to it (e.g. an empty purpose) is denied ``invalid_context``
   without a record; an *allowed* decision is never returned unaudited (its record
@@ -66,6 +72,8 @@ from .matching import (
 from .outbox import effect_audit
 from .ports import (
     AuditSink,
+    CheckedGrants,
+    CheckedGrantSource,
     DelegationChainResolver,
     GrantRevocationSource,
     GrantSource,
@@ -116,6 +124,9 @@ class CapabilityAuthorizer:
         policies: PolicySource | None = None,
     ) -> None:
         self._grants = grants
+        # one read for the grants and the first revocation check, when one object is both
+        self._checked = (grants if isinstance(grants, CheckedGrantSource)
+                         and revocations is grants else None)
         self._gates = Gates(chains, revocations, ceiling, policies)
         self._usage = usage
         self._audit = audit
@@ -203,11 +214,11 @@ class CapabilityAuthorizer:
         if checked is None:
             return False
         context, now_ms = checked
-        grants = await self._load(context)
-        if isinstance(grants, Outcome):
-            return False
         operation_ms = self._operation_ms()
         walk = Walk(at_ms=max(now_ms, operation_ms or now_ms))
+        grants = await self._load(context, walk)
+        if isinstance(grants, Outcome):
+            return False
         reach = _reach_requirement(namespace, action)
         for grant in grants:
             if not self._eligible(grant, context, now_ms, operation_ms) or not any(
@@ -299,11 +310,11 @@ class CapabilityAuthorizer:
         now_ms: int,
         mode: Mode,
     ) -> Outcome:
-        grants = await self._load(context)
-        if isinstance(grants, Outcome):
-            return grants
         operation_ms = self._operation_ms()
         walk = Walk(at_ms=max(now_ms, operation_ms or now_ms))
+        grants = await self._load(context, walk)
+        if isinstance(grants, Outcome):
+            return grants
         for grant in grants:
             if not self._eligible(grant, context, now_ms, operation_ms):
                 continue
@@ -347,26 +358,37 @@ class CapabilityAuthorizer:
         walk.exhausted = True
         return None
 
-    async def _load(self, context: AccessContext) -> Sequence[CapabilityGrant] | Outcome:
+    async def _load(self, context: AccessContext,
+                    walk: Walk) -> Sequence[CapabilityGrant] | Outcome:
+        """The grants of ``context``: once per snapshot. A load that reads the revocation
+        state with the grants (``CheckedGrantSource``) lends that read to ``walk`` alone:
+        the decision that missed the snapshot; every later one reads revocation fresh."""
         cache = SNAPSHOT.get()
         if cache is None:
-            return await self._fetch(context)
+            return await self._fetch(context, walk)
         key = (context.namespace_id, context.actor, context.authority)
         found = cache.get(key)
         if found is None:
-            found = cache[key] = await self._fetch(context)
+            found = cache[key] = await self._fetch(context, walk)
         return found
 
-    async def _fetch(self, context: AccessContext) -> Sequence[CapabilityGrant] | Outcome:
+    async def _fetch(self, context: AccessContext,
+                     walk: Walk) -> Sequence[CapabilityGrant] | Outcome:
+        prefetched: CheckedGrants | None = None
         try:
-            answer = await self._grants.grants_for(
-                context.namespace_id, context.actor, context.authority
-            )
+            if self._checked is not None:
+                prefetched = await self._checked.grants_checked(
+                    context.namespace_id, context.actor, context.authority, walk.at_ms)
+                answer = prefetched.grants
+            else:
+                answer = await self._grants.grants_for(
+                    context.namespace_id, context.actor, context.authority)
         except Exception:  # any source failure refuses the whole set (fail closed)
             return Outcome("authority_unavailable", fail_closed=True, cause="grant_source_failed")
         grants = checked_grants(answer, context)
         if isinstance(grants, str):
             return Outcome("authority_unavailable", fail_closed=True, cause=grants)
+        walk.prefetched = prefetched
         return grants
 
     def _operation_ms(self) -> int | None:

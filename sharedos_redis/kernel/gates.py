@@ -4,7 +4,7 @@ Owns :class:`Gates` and the per-turn grant snapshot (:data:`SNAPSHOT`). A
 candidate grant that covers the request is checked here, in SharedOS's order:
 its chain is resolved from the trusted resolver and validated (ADR 0008), then
 one read of the live revocation source covers the candidate and every ancestor
-(ADR 0027), then the host ceiling may narrow the allowed decision (ADR 0020),
+(ADR 0027; the read that came with the walk's own grant load, when it covers them), then the host ceiling may narrow the allowed decision (ADR 0020),
 before use accounting. Private to
 :mod:`~sharedos_redis.kernel.authorizer`. Imports no I/O library.
 """
@@ -86,12 +86,20 @@ class Gates:
     async def revoked(self, context: AccessContext, checked: list[str],
                       walk: Walk) -> bool | Outcome:
         """One live revocation read over a candidate and its ancestors: True when any is
-        revoked; an Outcome (``authority_unavailable``) when the read failed."""
+        revoked; an Outcome (``authority_unavailable``) when the read failed.
+
+        The read that came with this walk's own grant load answers when it covers every
+        id of ``checked`` (it was read for this decision); otherwise the source is read.
+        """
         if self._revocations is None:
             return False
         try:
-            answer = await self._revocations.check(context.namespace_id, tuple(checked),
-                                                   walk.at_ms)
+            prefetched = walk.prefetched
+            if prefetched is not None and prefetched.checked.issuperset(checked):
+                answer = prefetched.revocations
+            else:
+                answer = await self._revocations.check(context.namespace_id, tuple(checked),
+                                                       walk.at_ms)
             if not isinstance(answer, RevocationCheck) or not isinstance(answer.revision, str):
                 raise TypeError("malformed revocation check")
             revoked = sorted(set(answer.revoked) & set(checked))

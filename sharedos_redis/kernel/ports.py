@@ -24,6 +24,8 @@ from .contracts import (
 
 __all__ = [
     "AuditSink",
+    "CheckedGrantSource",
+    "CheckedGrants",
     "DeferringAuditSink",
     "DelegationChainResolver",
     "GrantRevocationSource",
@@ -74,6 +76,41 @@ class GrantRevocationSource(Protocol):
         """Which of ``grant_ids`` are revoked at ``at_ms`` (the operation instant, epoch ms).
 
         Raise anything to fail the decision closed (``authority_unavailable``).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class CheckedGrants:
+    """Grants loaded together with one live revocation read of their ids (ADR 0027).
+
+    Attributes:
+        grants: what :meth:`GrantSource.grants_for` would answer.
+        checked: the grant ids the revocation read covers (at least the grants' ids).
+        revocations: that read, as :meth:`GrantRevocationSource.check` of ``checked``
+            would answer it at the same instant.
+    """
+
+    grants: Sequence[CapabilityGrant]
+    checked: frozenset[str]
+    revocations: RevocationCheck
+
+
+@runtime_checkable
+class CheckedGrantSource(GrantSource, GrantRevocationSource, Protocol):
+    """A grant source that is also the live revocation source and answers both in one read.
+
+    Optional: the kernel uses it only when the same object is installed as both ports.
+    The revocation read it returns is fresh for the decision that loaded the grants and
+    for that decision only (every later decision reads :meth:`check` again), so it
+    obeys :class:`GrantRevocationSource`'s contract like a call of ``check`` would.
+    """
+
+    async def grants_checked(self, namespace_id: str, actor: Address, authority: Address,
+                             at_ms: int, /) -> CheckedGrants:
+        """``grants_for`` and ``check`` of the loaded ids at ``at_ms``, in one consistent read.
+
+        Raise anything to fail closed, as a failed ``grants_for`` does.
         """
         ...
 
