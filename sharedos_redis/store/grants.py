@@ -11,6 +11,8 @@ by another subject or ever revoked, so per-grant use counters cannot be shared.
 ``revoke`` also records the revocation (retained) for the live revocation port,
 :meth:`RedisGrantStore.check` (SharedOS ADR 0027): one HMGET of one hash reads the
 revocation state of every id asked about and the revision, consistently.
+:meth:`RedisGrantStore.grants_checked` reads a subject's grants and that state of
+each of them in one script, so a decision that loads the grants needs no second read.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from redis.asyncio import Redis
 
 from ..errors import ConfigurationError, StoreUnavailable
 from ..kernel.contracts import Address, CapabilityGrant, timestamp_ms
-from ..kernel.ports import RevocationCheck
+from ..kernel.ports import CheckedGrants, RevocationCheck
 from .boundary import STORE_ERRORS, store_unavailable
 from .keys import Keys, address_tag
 from .scripts import Scripts
@@ -55,6 +57,16 @@ def _text(value: bytes | str | int) -> str:
 
 def _sort_key(grant: CapabilityGrant) -> tuple[int, str]:
     return timestamp_ms(grant.issued_at), grant.id
+
+
+def _revocation_check(grant_ids: Sequence[bytes | str], revoked_from: Sequence[bytes | None],
+                      revision: bytes | None, at_ms: int) -> RevocationCheck:
+    """The ids revoked at ``at_ms`` (revoked-from at or before it) and the revision read."""
+    revoked = frozenset(_text(grant_id) for grant_id, raw in zip(grant_ids, revoked_from,
+                                                                  strict=True)
+                        if raw is not None and int(raw) <= at_ms)
+    return RevocationCheck(revision=_text(revision) if revision is not None else "0",
+                           revoked=revoked)
 
 
 class RedisGrantStore:
@@ -131,6 +143,25 @@ class RedisGrantStore:
             raise store_unavailable("grants.list", exc) from exc
         return sorted((self._parse(raw) for raw in stored), key=_sort_key)
 
+    async def grants_checked(self, namespace_id: str, actor: Address, authority: Address,
+                             at_ms: int) -> CheckedGrants:
+        """``grants_for`` and the live revocation state of every grant of ``actor``, in
+        one script (one round trip, one consistent read of both hashes): the kernel's
+        ``CheckedGrantSource``, which spares a decision that loads the grants its first
+        revocation read (SharedOS ADR 0027, issue 11).
+
+        Raises:
+            ContractError: a stored grant is corrupt (the kernel fails closed).
+            StoreUnavailable: Redis failed (the kernel fails closed).
+        """
+        ids, stored, revoked_from, revision = await self._scripts.call(
+            "read_grants", [_key(namespace_id, actor), _keys(namespace_id).revocations], [])
+        grants = sorted((self._parse(raw) for raw in stored), key=_sort_key)
+        checked = frozenset(_text(grant_id) for grant_id in ids)
+        return CheckedGrants(
+            grants=[g for g in grants if g.issuer == authority], checked=checked,
+            revocations=_revocation_check(ids, revoked_from, revision, at_ms))
+
     def _parse(self, raw: bytes | str) -> CapabilityGrant:
         """Parse stored grant JSON, remembering recent parses (grants are frozen and a
         changed grant is different JSON, so a cached parse is never stale)."""
@@ -185,11 +216,7 @@ class RedisGrantStore:
         except STORE_ERRORS as exc:
             raise store_unavailable("grants.check", exc) from exc
         revision, *revoked_from = answer
-        revoked = frozenset(grant_id for grant_id, raw in zip(grant_ids, revoked_from,
-                                                                strict=True)
-                            if raw is not None and int(raw) <= at_ms)
-        return RevocationCheck(revision=_text(revision) if revision is not None else "0",
-                               revoked=revoked)
+        return _revocation_check(grant_ids, revoked_from, revision, at_ms)
 
     async def _hget(self, key: str, field: str) -> bytes | None:
         try:

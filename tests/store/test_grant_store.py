@@ -9,17 +9,21 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from sharedos_redis.errors import ConfigurationError, ContractError
-from sharedos_redis.kernel.contracts import agent, human, timestamp_ms
+from sharedos_redis.errors import ConfigurationError, ContractError, StoreUnavailable
+from sharedos_redis.kernel.authorizer import CapabilityAuthorizer
+from sharedos_redis.kernel.contracts import CapabilityRequirement, agent, human, timestamp_ms
+from sharedos_redis.kernel.memory import InMemoryAuditSink
 from sharedos_redis.kernel.ports import (
+    CheckedGrantSource,
     DelegationChainResolver,
     GrantRevocationSource,
     GrantSource,
+    RevocationCheck,
 )
 from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.keys import Keys
 
-from .store_support import drop_namespace, make_grant, namespace_keys
+from .store_support import drop_namespace, make_context, make_grant, namespace_keys
 
 pytestmark = pytest.mark.anyio
 
@@ -156,5 +160,75 @@ async def test_a_chain_is_read_by_id_in_one_script(redis: Redis, ns: str) -> Non
         assert [g.id for g in await port.chain(ns, "g-leaf", 2)] == ["g-leaf", "g-mid"]
         assert await port.chain(ns, "g-unknown", 17) == []
         assert [g.id for g in await port.chain(f"{ns}-x", "g-leaf", 17)] == []
+    finally:
+        await drop_namespace(redis, ns)
+
+
+async def test_grants_and_their_revocations_are_read_together(redis: Redis, ns: str) -> None:
+    store = RedisGrantStore(redis)
+    port: CheckedGrantSource = store
+    at = timestamp_ms("2026-03-01T00:00:00Z")
+    try:
+        empty = await port.grants_checked(ns, agent("bob"), agent("host"), at)
+        assert (empty.grants, empty.checked) == ([], frozenset())
+        assert empty.revocations == RevocationCheck(revision="0", revoked=frozenset())
+        await store.put(make_grant(ns, "g-2", issuedAt="2026-02-01T00:00:00Z"))
+        await store.put(make_grant(ns, "g-1"))
+        await store.put(make_grant(ns, "g-other-issuer", issuer=human("mallory")))
+        await store.put(make_grant(ns, "g-alice", subject=agent("alice")))
+        await store.revoke(ns, agent("bob"), "g-2", "2026-03-01T00:00:00Z")
+        await store.revoke(ns, agent("alice"), "g-alice", "2026-01-01T00:00:00Z")
+        keys = await namespace_keys(redis, ns)
+
+        answer = await port.grants_checked(ns, agent("bob"), agent("host"), at)
+
+        assert answer.grants == await store.grants_for(ns, agent("bob"), agent("host"))
+        assert answer.checked == {"g-1", "g-2", "g-other-issuer"}  # every grant of bob's
+        assert answer.revocations == await store.check(ns, sorted(answer.checked), at)
+        assert answer.revocations.revoked == {"g-2"} and answer.revocations.revision == "2"
+        early = await port.grants_checked(ns, agent("bob"), agent("host"), at - 1)
+        assert early.revocations.revoked == frozenset()  # revoked from ``at`` on: not yet
+        assert await namespace_keys(redis, ns) == keys  # a read: nothing written
+    finally:
+        await drop_namespace(redis, ns)
+
+
+async def test_the_combined_read_fails_like_the_grant_load(redis: Redis, ns: str) -> None:
+    store = RedisGrantStore(redis)
+    try:
+        await store.put(make_grant(ns))
+        forged = make_grant(ns, "g-x").to_wire() | {"constraints": {"maxUses": 0}}
+        await redis.hset(Keys(ns).grants("agent", "bob"), "g-x", json.dumps(forged))
+        with pytest.raises(ContractError):
+            await store.grants_checked(ns, agent("bob"), agent("host"), 0)
+    finally:
+        await drop_namespace(redis, ns)
+    down = Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await RedisGrantStore(down).grants_checked(ns, agent("bob"), agent("host"), 0)
+    finally:
+        await down.aclose()
+
+
+async def test_the_kernel_reads_grants_and_revocations_once_then_revocation_fresh(
+    redis: Redis, ns: str
+) -> None:
+    store = RedisGrantStore(redis)
+    audit = InMemoryAuditSink()
+    authorizer = CapabilityAuthorizer(store, None, audit, revocations=store)
+    requirement = CapabilityRequirement.from_wire({
+        "resource": {"namespace": "sharedos.messaging", "path": ["agent", "alice"]},
+        "action": "send"})
+    try:
+        await store.put(make_grant(ns))
+        with authorizer.snapshot():
+            assert (await authorizer.check(make_context(ns), requirement)).allowed
+            await store.revoke(ns, agent("bob"), "g-1", "2026-01-01T00:00:00Z")
+            denied = await authorizer.consume(make_context(ns), requirement)
+        assert denied.reason_code == "no_matching_grant"  # the second decision read fresh
+        assert [(e.metadata or {})["revocationChecks"] for e in audit.events] == [
+            [{"checked": ["g-1"], "status": "checked", "revision": "0", "revoked": []}],
+            [{"checked": ["g-1"], "status": "checked", "revision": "1", "revoked": ["g-1"]}]]
     finally:
         await drop_namespace(redis, ns)
