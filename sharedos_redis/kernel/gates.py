@@ -4,9 +4,9 @@ Owns :class:`Gates` and the per-turn grant snapshot (:data:`SNAPSHOT`). A
 candidate grant that covers the request is checked here, in SharedOS's order:
 its chain is resolved from the trusted resolver and validated (ADR 0008), then
 one read of the live revocation source covers the candidate and every ancestor
-(ADR 0027; the read that came with the walk's own grant load, when it covers them), then the host ceiling may narrow the allowed decision (ADR 0020),
-before use accounting. Private to
-:mod:`~sharedos_redis.kernel.authorizer`. Imports no I/O library.
+(ADR 0027; the read that came with the walk's own grant load, when it covers them),
+then the host ceiling may narrow the allowed decision (ADR 0020), before use
+accounting. Private to :mod:`~sharedos_redis.kernel.authorizer`. Imports no I/O library.
 """
 
 from __future__ import annotations

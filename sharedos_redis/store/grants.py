@@ -154,9 +154,10 @@ class RedisGrantStore:
             ContractError: a stored grant is corrupt (the kernel fails closed).
             StoreUnavailable: Redis failed (the kernel fails closed).
         """
-        ids, stored, revoked_from, revision = await self._scripts.call(
+        stored, (revision, *revoked_from) = await self._scripts.call(
             "read_grants", [_key(namespace_id, actor), _keys(namespace_id).revocations], [])
-        grants = sorted((self._parse(raw) for raw in stored), key=_sort_key)
+        ids = stored[::2]
+        grants = sorted((self._parse(raw) for raw in stored[1::2]), key=_sort_key)
         checked = frozenset(_text(grant_id) for grant_id in ids)
         return CheckedGrants(
             grants=[g for g in grants if g.issuer == authority], checked=checked,

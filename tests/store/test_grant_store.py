@@ -232,3 +232,21 @@ async def test_the_kernel_reads_grants_and_revocations_once_then_revocation_fres
             [{"checked": ["g-1"], "status": "checked", "revision": "1", "revoked": ["g-1"]}]]
     finally:
         await drop_namespace(redis, ns)
+
+
+async def test_the_combined_read_covers_any_number_of_grants(redis: Redis, ns: str) -> None:
+    """Lua's unpack() is bounded: the script reads the revocations in chunks, in order."""
+    keys = Keys(ns)
+    wire = make_grant(ns).to_wire()
+    ids = [f"g-{i:04d}" for i in range(2100)]
+    revoked = {"g-0000", "g-0998", "g-0999", "g-1998", "g-1999", "g-2099"}
+    try:
+        await redis.hset(keys.grants("agent", "bob"), mapping={
+            grant_id: json.dumps({**wire, "id": grant_id}) for grant_id in ids})
+        await redis.hset(keys.revocations, mapping={"": 6, **dict.fromkeys(revoked, 5)})
+        await redis.hset(keys.revocations, "g-0001", 7)  # revoked from a later instant
+        answer = await RedisGrantStore(redis).grants_checked(ns, agent("bob"), agent("host"), 6)
+        assert answer.checked == set(ids) and len(answer.grants) == 2100
+        assert answer.revocations == RevocationCheck(revision="6", revoked=frozenset(revoked))
+    finally:
+        await drop_namespace(redis, ns)

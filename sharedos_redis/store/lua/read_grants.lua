@@ -4,12 +4,16 @@
 -- KEYS[1] grants hash       sos:{ns}:grants:<kind>:<id>   (grant id -> grant JSON)
 -- KEYS[2] revocations hash  sos:{ns}:revocations   (grant id -> revoked-from epoch ms;
 --                           field "" -> the revision, incremented by every revocation)
--- returns {grant ids, their grant JSON, their revoked-from (false: never revoked), the
---          revision (false: no revocation yet)}; writes nothing
+-- returns {HGETALL of KEYS[1] (id, JSON, id, JSON...), {revision, revoked-from of each id
+--         in that order}} (false: no revocation yet / never revoked); writes nothing
 local stored = redis.call('HGETALL', KEYS[1])
-local ids, grants, revoked = {}, {}, {}
-for i = 1, #stored, 2 do
-  ids[#ids + 1], grants[#grants + 1] = stored[i], stored[i + 1]
-  revoked[#revoked + 1] = redis.call('HGET', KEYS[2], stored[i])
+local ids = {}
+for i = 1, #stored, 2 do ids[#ids + 1] = stored[i] end
+-- one HMGET per 1000 ids: unpack() is bounded by the Lua C stack
+local unpack_ = table.unpack or unpack
+local revoked = redis.call('HMGET', KEYS[2], '', unpack_(ids, 1, math.min(#ids, 999)))
+for first = 1000, #ids, 1000 do
+  local more = redis.call('HMGET', KEYS[2], unpack_(ids, first, math.min(#ids, first + 999)))
+  for _, value in ipairs(more) do revoked[#revoked + 1] = value end
 end
-return {ids, grants, revoked, redis.call('HGET', KEYS[2], '')}
+return {stored, revoked}
