@@ -226,3 +226,41 @@ async def test_the_combined_read_is_asked_at_the_operation_instant() -> None:
                                  revocations=source)
     assert (await authz.check(context(BOB), send_to_alice())).allowed
     assert seen == [epoch_ms(later)]
+
+
+async def test_a_turn_admission_reads_once_and_the_turns_calls_read_fresh() -> None:
+    from sharedos_redis.kernel.requirements import path_argument
+    from sharedos_redis.kernel.turn import RuntimeHost, TurnExecutor, TurnRequest
+
+    from .kernel_world import file_tool
+    from .test_time_rules import ALICE_TURN, read_grant, request
+
+    source = PrefetchingSource([ALICE_TURN, read_grant()])
+    kernel = Kernel(grants=source, audit=InMemoryAuditSink(), usage=InMemoryGrantUsageStore(),
+                    clock=lambda: T0, revocations=source)
+
+    async def handler(ctx: Any, call: Any) -> JsonValue:
+        return "text"
+
+    kernel.register_tool(file_tool(path=("projects",)), handler, resolve=path_argument("path"))
+    seen: list[tuple[int, int]] = []
+    codes: list[str | None] = []
+
+    class Runtime:
+        async def run(self, turn: TurnRequest, host: RuntimeHost) -> JsonValue:
+            seen.append((source.combined, len(source.checks)))
+            first = await host.call("files.read", {"path": "atlas/a"})
+            source.revoked_live.add("g-atlas")  # committed after the admission's read
+            second = await host.call("files.read", {"path": "atlas/a"})
+            codes.extend(getattr(r, "error", None) and r.error.code for r in (first, second))
+            return None
+
+    executor = TurnExecutor(kernel, Runtime(), clock=lambda: T0)
+    await executor.execute(request())
+    # admission answered from the combined read; the tool catalogue offered to the
+    # runtime is a later decision of the turn, so it read afresh, as does every call
+    assert seen == [(1, 1)] and source.combined == 1
+    assert len(source.checks) >= 2 and all(ids == ("g-atlas",) for ids in source.checks)
+    assert codes == [None, "tool_unavailable"]  # no grant reaches files.read any more
+    await executor.execute(request())  # the next turn is its own snapshot: its own read
+    assert source.combined == 2
