@@ -14,6 +14,10 @@ three guards, each of which has a cheap exact answer in the common case:
   leave the transport's buffer at or below its low-water mark cannot block, so it needs
   no drain; a larger one drains under the same ``socket_timeout``. A due health check,
   a closing transport or an unknown state takes redis-py's own path.
+- **packing**: redis-py's asyncio connection packs commands in Python (its sync
+  connection already uses hiredis' C packer); with hiredis installed (arq pulls it in) a
+  command is packed by ``hiredis.pack_command``, byte for byte the same (an argument it
+  does not take, such as a memoryview, goes to redis-py's packer).
 - **pool condition**: a blocking pool takes its condition lock and a timeout scope per
   checkout. When no caller is queued and a connection is free, taking it is one
   synchronous step; callers that must wait still queue on redis-py's condition in
@@ -26,7 +30,7 @@ with redis-py's classes, 48-60 µs with these.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Connection, SSLConnection
@@ -35,12 +39,33 @@ from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSL
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis comes with arq
+    _hiredis_pack = None
+
 __all__ = ["QuickCheckoutPool", "quick_connection_class"]
 
 
 class _QuickPath:
-    """The quick probe and write of :mod:`this module <sharedos_redis.store.connection>`,
-    mixed in front of a redis-py connection class."""
+    """The quick probe, write and packing of :mod:`this module
+    <sharedos_redis.store.connection>`, mixed in front of a redis-py connection class."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        encoder = getattr(self, "encoder", None)
+        if (_hiredis_pack is not None and getattr(encoder, "encoding", None) == "utf-8"
+                and getattr(encoder, "encoding_errors", None) == "strict"):
+            if isinstance(args[0], str):  # "CONFIG GET" -> two arguments, as redis-py does
+                args = (*args[0].encode().split(), *args[1:])
+            elif isinstance(args[0], bytes) and b" " in args[0]:
+                args = (*args[0].split(), *args[1:])
+            try:
+                return [_hiredis_pack(args)]
+            except TypeError:
+                pass  # an argument hiredis does not take: redis-py packs (or refuses) it
+        packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
+        return packed
 
     async def can_read_destructive(self) -> bool:
         reader = getattr(self, "_reader", None)

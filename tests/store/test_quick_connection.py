@@ -10,16 +10,17 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Connection, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sharedos_redis.store.client import RedisSettings, create_pool, create_redis
-from sharedos_redis.store.connection import QuickCheckoutPool
+from sharedos_redis.store.connection import QuickCheckoutPool, quick_connection_class
 
 from ..servers.redis_server import RedisServer
 
-pytestmark = [pytest.mark.anyio, pytest.mark.real_redis]
+pytestmark = [pytest.mark.anyio]
 
 
 @pytest.fixture
@@ -108,3 +109,24 @@ async def test_blocking_pool_timeout_still_applies(redis_server: RedisServer) ->
     finally:
         await pool.release(held)
         await pool.disconnect()
+
+
+@pytest.mark.parametrize("args", [
+    ("SET", "k", 1.5), ("CONFIG GET", "maxmemory"), (b"CLIENT SETNAME", b"n"),
+    ("SET", b"k", memoryview(b"view")), ("EVALSHA", "f" * 40, 2, "a", "b", "h\u00e9", -7, 2**70),
+])
+def test_commands_are_packed_byte_for_byte_as_redis_py_packs_them(args: tuple[object, ...]
+                                                                   ) -> None:
+    quick = quick_connection_class(Connection)()
+    assert b"".join(quick.pack_command(*args)) == b"".join(Connection().pack_command(*args))
+
+
+def test_an_argument_redis_py_refuses_is_still_refused() -> None:
+    with pytest.raises(DataError):
+        quick_connection_class(Connection)().pack_command("SET", "k", True)
+
+
+async def test_unicode_and_numbers_arrive_as_sent(client: Redis) -> None:
+    await client.hset("h", mapping={"text": "h\u00e9 \u2603", "int": 2**70, "float": 0.1 + 0.2})
+    assert await client.hmget("h", ["text", "int", "float"]) == [
+        "h\u00e9 \u2603".encode(), str(2**70).encode(), repr(0.1 + 0.2).encode()]
