@@ -54,16 +54,21 @@ async def test_grants_for_returns_only_the_actors_grants_from_that_authority(
         await drop_namespace(redis, f"{ns}-x")
 
 
+@pytest.mark.parametrize("combined", [False, True], ids=["grants_for", "grants_checked"])
 async def test_corrupt_stored_grant_raises_so_the_kernel_fails_closed(
-    redis: Redis, ns: str
+    redis: Redis, ns: str, combined: bool
 ) -> None:
+    """Both reads (the grant load and the combined read) refuse a corrupt grant."""
     store = RedisGrantStore(redis)
     try:
         await store.put(make_grant(ns))
         forged = make_grant(ns, "g-x").to_wire() | {"constraints": {"maxUses": 0}}
         await redis.hset(Keys(ns).grants("agent", "bob"), "g-x", json.dumps(forged))
         with pytest.raises(ContractError):
-            await store.grants_for(ns, agent("bob"), agent("host"))
+            if combined:
+                await store.grants_checked(ns, agent("bob"), agent("host"), 0)
+            else:
+                await store.grants_for(ns, agent("bob"), agent("host"))
     finally:
         await drop_namespace(redis, ns)
 
@@ -193,16 +198,9 @@ async def test_grants_and_their_revocations_are_read_together(redis: Redis, ns: 
         await drop_namespace(redis, ns)
 
 
-async def test_the_combined_read_fails_like_the_grant_load(redis: Redis, ns: str) -> None:
-    store = RedisGrantStore(redis)
-    try:
-        await store.put(make_grant(ns))
-        forged = make_grant(ns, "g-x").to_wire() | {"constraints": {"maxUses": 0}}
-        await redis.hset(Keys(ns).grants("agent", "bob"), "g-x", json.dumps(forged))
-        with pytest.raises(ContractError):
-            await store.grants_checked(ns, agent("bob"), agent("host"), 0)
-    finally:
-        await drop_namespace(redis, ns)
+async def test_the_combined_read_of_an_unreachable_server_is_store_unavailable(
+    ns: str
+) -> None:
     down = Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
     try:
         with pytest.raises(StoreUnavailable):
