@@ -5,6 +5,10 @@ helpers they share (server time, attributed audit records, the terminal cleanup,
 settlement and dead-letter entries) are ``lua/_prelude.lua``, put in front of every
 script when it is loaded; the audit records a script queues are written after it, as
 one stream entry.
+A script with more than a few arguments takes them by name, without JSON: ``named()`` in
+the prelude reads ARGV as name/value pairs into a table ``a``, :func:`named_args` builds
+that list from keyword arguments; the names are the ``a.<name>`` the script's header
+declares, and a name missing or unknown on either side fails (here, and in the tests).
 redis-py's ``AsyncScript`` sends EVALSHA and reloads on NOSCRIPT, so a server
 restart or SCRIPT FLUSH is handled. On a Redis Cluster its reload (``SCRIPT LOAD`` to
 the primaries the client knows) can miss a just-promoted replica, whose script
@@ -16,9 +20,11 @@ to :class:`~sharedos_redis.errors.StoreUnavailable`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
+from itertools import chain, takewhile
 from typing import Any
 
 from redis.asyncio import Redis
@@ -27,9 +33,11 @@ from redis.exceptions import NoScriptError
 
 from .boundary import store_errors
 
-__all__ = ["PRELUDE", "Scripts", "lua_source", "script_source"]
+__all__ = ["PRELUDE", "Scripts", "argument_names", "lua_source", "named_args",
+           "script_source"]
 
 PRELUDE = "_prelude"
+_NAMED = re.compile(r"(?<![\w.])a\.([A-Za-z_]\w*)")
 
 
 @cache
@@ -45,6 +53,29 @@ def script_source(name: str) -> str:
     queued as one audit stream entry (store/audit.py)."""
     return (f"{lua_source(PRELUDE)}\nlocal function body()\n{lua_source(name)}\nend\n"
             "local result = body()\naudit_flush()\nreturn result\n")
+
+
+@cache
+def argument_names(name: str) -> frozenset[str]:
+    """The named arguments script ``name`` declares: each ``a.<name>`` in the comment lines
+    it opens with (its header), what ``named()`` in ``lua/_prelude.lua`` reads."""
+    header = takewhile(lambda line: line.startswith("--"), lua_source(name).splitlines())
+    return frozenset(_NAMED.findall("\n".join(header)))
+
+
+def named_args(script: str, /, *rest: Any, **args: Any) -> list[Any]:
+    """The ARGV of ``script`` from its named arguments: the number of pairs, each name and
+    its value (``named()`` in ``lua/_prelude.lua`` reads them), then ``rest``, positional
+    (the carried audit records).
+
+    Raises:
+        TypeError: ``args`` are not exactly the names the script's header declares.
+    """
+    declared = argument_names(script)
+    if args.keys() != declared:
+        raise TypeError(f"{script}: missing arguments {sorted(declared - args.keys())}, "
+                        f"unknown {sorted(args.keys() - declared)}")
+    return [len(args), *chain.from_iterable(args.items()), *rest]
 
 
 class Scripts:
@@ -79,6 +110,16 @@ class Scripts:
             except NoScriptError:  # see the module doc: a promoted replica on a cluster
                 return await self._redis.eval(  # type: ignore[misc]  # async client
                     script_source(name), len(keys), *keys, *args)
+
+    async def call_named(self, name: str, keys: Sequence[str], /, *rest: Any,
+                         **args: Any) -> Any:
+        """Run script ``name`` with named arguments (:func:`named_args`), then ``rest``.
+
+        Raises:
+            TypeError: ``args`` are not exactly the names the script declares.
+            StoreUnavailable: Redis failed or could not be reached.
+        """
+        return await self.call(name, keys, named_args(name, *rest, **args))
 
     async def now_ms(self, key: str) -> int:
         """The server's clock (ms) on the node that owns ``key`` (never a random node).

@@ -283,7 +283,7 @@ class OutboxRelay:
     async def _dispatch(self, keys: Keys, entry_id: str, message_id: str | None) -> None:
         now = datetime.now(UTC)
         marker = keys.message(message_id) if message_id is not None else keys.prefix + "msg:"
-        await self._scripts.call(
-            "dispatch_request", [marker, keys.outbox, keys.audit],
-            [RELAY_GROUP, entry_id, message_id or "", int(now.timestamp() * 1000),
-             format_timestamp(now), new_id(), self._audit_maxlen])
+        await self._scripts.call_named(
+            "dispatch_request", [marker, keys.outbox, keys.audit], group=RELAY_GROUP,
+            entry=entry_id, id=message_id or "", now=int(now.timestamp() * 1000),
+            at=format_timestamp(now), event=new_id(), audit_maxlen=self._audit_maxlen)

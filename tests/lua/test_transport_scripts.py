@@ -12,7 +12,7 @@ from sharedos_redis.kernel.ports import RevocationCheck
 from sharedos_redis.store.audit import entry_wires
 from sharedos_redis.store.grants import RedisGrantStore
 from sharedos_redis.store.keys import RELAY_GROUP, Keys
-from sharedos_redis.store.scripts import Scripts
+from sharedos_redis.store.scripts import Scripts, named_args
 
 from ..support import Keyspace, make_context, make_envelope
 
@@ -124,7 +124,8 @@ async def test_dispatch_request_moves_only_accepted_markers(
     (first, _), (second, _) = entries
 
     def args(entry: bytes, mid: str) -> list[object]:
-        return [RELAY_GROUP, entry, mid, 123, "2026-01-01T00:00:00.000Z", "ev-1", 1000]
+        return named_args("dispatch_request", group=RELAY_GROUP, entry=entry, id=mid, now=123,
+                          at="2026-01-01T00:00:00.000Z", event="ev-1", audit_maxlen=1000)
 
     assert await scripts.call("dispatch_request", [keys.message("m-1"), keys.outbox, keys.audit],
                               args(first, "m-1")) == 1

@@ -1,6 +1,16 @@
 -- _prelude: the helpers every script shares; store/scripts.py puts this text in front
 -- of each script when it loads it (one script body per verb, no repeated blocks).
 
+-- named(): this call's named arguments (store/scripts.py named_args builds them): ARGV[1]
+-- the number of pairs, then each name and its value; returns the table of values by
+-- name and the index of the first argument after the pairs (carried records, ...).
+-- The names a script reads are the a.<name> its header declares (tests check both sides).
+local function named()
+  local a, last = {}, 2 * tonumber(ARGV[1])
+  for i = 2, last, 2 do a[ARGV[i]] = ARGV[i + 1] end
+  return a, last + 2
+end
+
 -- now_ms(override): ``override`` (tests) unless it is "" or nil, else the Redis
 -- server's TIME in ms, so every process agrees on deadlines and leases.
 local function now_ms(override)
@@ -92,7 +102,8 @@ end
 
 -- carry(audit, maxlen, first): queue ARGV[first + 1..] as audit records compacted against
 -- the header ARGV[first] (store/audit.py compact_records): records the caller had queued,
--- written in order ahead of this script's own, in its entry (an audit outbox)
+-- written in order ahead of this script's own, in its entry (an audit outbox); ``first``
+-- is the index named() returns when they follow the named arguments
 local function carry(audit, maxlen, first)
   audit_open(audit, maxlen, ARGV[first])
   for i = first + 1, #ARGV do audit_add(ARGV[i]) end

@@ -6,20 +6,21 @@
 -- KEYS[1] marker hash   sos:{ns}:msg:<id>
 -- KEYS[2] outbox        sos:{ns}:outbox
 -- KEYS[3] audit         sos:{ns}:audit
--- ARGV[1] consumer group    ARGV[2] outbox entry id    ARGV[3] message id
--- ARGV[4] now ms            ARGV[5] now RFC 3339       ARGV[6] audit event id
--- ARGV[7] audit MAXLEN ~
+-- ARGV named (named() in _prelude.lua, store/scripts.py named_args):
+--   a.group consumer group   a.entry outbox entry id   a.id message id
+--   a.now now ms   a.at now RFC 3339   a.event audit event id   a.audit_maxlen audit MAXLEN ~
 -- returns 1 dispatched; 0 acked only (marker gone or no longer accepted);
 --        -1 acked only, the stored context is unreadable (left to the reconciler)
+local a = named()
 local marker = redis.call('HMGET', KEYS[1], 'state', 'ctx')
-redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
+redis.call('XACK', KEYS[2], a.group, a.entry)
+redis.call('XDEL', KEYS[2], a.entry)
 if marker[1] ~= 'accepted' then
   return 0
 end
-if not append_event(KEYS[3], ARGV[7], marker[2], {id = ARGV[6], type = 'message.dispatched',
-    outcome = 'succeeded', at = ARGV[5], messageId = ARGV[3]}) then
+if not append_event(KEYS[3], a.audit_maxlen, marker[2], {id = a.event,
+    type = 'message.dispatched', outcome = 'succeeded', at = a.at, messageId = a.id}) then
   return -1
 end
-redis.call('HSET', KEYS[1], 'state', 'dispatched', 'updated', ARGV[4])
+redis.call('HSET', KEYS[1], 'state', 'dispatched', 'updated', a.now)
 return 1
