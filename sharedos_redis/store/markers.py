@@ -201,12 +201,14 @@ class MarkerStore:
             ContractError: the stored envelope is corrupt.
         """
         k = Keys(namespace)
-        raw = await self._scripts.call(
+        raw = await self._scripts.call_named(
             "claim_turn",
             [k.message(message_id), k.leases, k.open, k.settled, k.audit, k.dead, k.outbox],
-            [message_id, lease_ms, max_attempts, worker, self._now_arg(), self._retention_ms,
-             self._settled_maxlen, self._audit_maxlen, self._dead_maxlen, new_id(), self._at(),
-             RELAY_GROUP, relayed or "", new_id() if relayed else ""])
+            id=message_id, lease=lease_ms, max_attempts=max_attempts, worker=worker,
+            now=self._now_arg(), retention=self._retention_ms,
+            settled_maxlen=self._settled_maxlen, audit_maxlen=self._audit_maxlen,
+            dead_maxlen=self._dead_maxlen, event=new_id(), at=self._at(), group=RELAY_GROUP,
+            entry=relayed or "", dispatched=new_id() if relayed else "")
         outcome, attempt, env = _text(raw[0]), int(raw[1]), raw[2]
         claimed = outcome == "claimed"
         if outcome == "missing":
@@ -277,13 +279,15 @@ class MarkerStore:
                               failed.state, failed.cause)
         attribution = _attribution(namespace, reply.sender.to_wire(), reply.purpose,
                                    reply.trace_id)
-        raw = await self._carrying(namespace, lambda queued: self._scripts.call(
-            "settle_reply", [k.message(mid), k.open, k.leases, k.settled, k.audit],
-            [mid, reply.to_json(), address_tag(reply.sender.kind, reply.sender.id),
-             address_tag(reply.receiver.kind, reply.receiver.id), reply.purpose,
-             reply.trace_id, self._now_arg(), self._retention_ms, self._settled_maxlen,
-             self._audit_maxlen, new_id(), self._at(), attribution, _token(attempt),
-             *queued]))
+        raw = await self._carrying(namespace, lambda queued: self._scripts.call_named(
+            "settle_reply", [k.message(mid), k.open, k.leases, k.settled, k.audit], *queued,
+            id=mid, reply=reply.to_json(),
+            sender=address_tag(reply.sender.kind, reply.sender.id),
+            receiver=address_tag(reply.receiver.kind, reply.receiver.id),
+            purpose=reply.purpose, trace=reply.trace_id, now=self._now_arg(),
+            retention=self._retention_ms, settled_maxlen=self._settled_maxlen,
+            audit_maxlen=self._audit_maxlen, event=new_id(), at=self._at(),
+            fallback=attribution, attempt=_token(attempt)))
         return await self._forget_unknown(namespace, mid, _settlement(raw))
 
     async def settle_failure(self, namespace: str, message_id: str, *, state: FailureState,
@@ -300,12 +304,13 @@ class MarkerStore:
         k = Keys(namespace)
         attribution = _attribution(namespace, HOST_ADDRESS.to_wire(), "request settlement",
                                    "untraced")
-        raw = await self._carrying(namespace, lambda queued: self._scripts.call(
+        raw = await self._carrying(namespace, lambda queued: self._scripts.call_named(
             "settle_failure",
-            [k.message(message_id), k.open, k.leases, k.settled, k.audit, k.dead],
-            [message_id, state, code, self._now_arg(), self._retention_ms, self._settled_maxlen,
-             self._audit_maxlen, self._dead_maxlen, new_id(), self._at(), _token(attempt),
-             attribution, *queued]))
+            [k.message(message_id), k.open, k.leases, k.settled, k.audit, k.dead], *queued,
+            id=message_id, state=state, code=code, now=self._now_arg(),
+            retention=self._retention_ms, settled_maxlen=self._settled_maxlen,
+            audit_maxlen=self._audit_maxlen, dead_maxlen=self._dead_maxlen, event=new_id(),
+            at=self._at(), attempt=_token(attempt), fallback=attribution))
         return await self._forget_unknown(namespace, message_id, _settlement(raw))
 
     async def holds_lease(self, namespace: str, message_id: str, attempt: int) -> bool:
@@ -484,11 +489,13 @@ class MarkerStore:
         """
         k = Keys(namespace)
         grant_id, (field, value) = released or ("", ("", ""))
-        raw = await self._scripts.call(
+        raw = await self._scripts.call_named(
             "marker_redrive", [k.message(message_id), k.open, k.outbox, k.audit,
                                k.budget(trace_id), k.usage],
-            [message_id, deadline_ms, self._now_arg(), self._retention_ms, self._audit_maxlen,
-             new_id(), self._at(), default_hops, budget_ttl_ms, grant_id, field, value])
+            id=message_id, deadline=deadline_ms, now=self._now_arg(),
+            retention=self._retention_ms, audit_maxlen=self._audit_maxlen, event=new_id(),
+            at=self._at(), hops=default_hops, budget_ttl=budget_ttl_ms, grant=grant_id,
+            released_field=field, released_value=value)
         status = int(raw)
         if status == 1:
             return "redriven"

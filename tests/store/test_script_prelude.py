@@ -55,6 +55,11 @@ def _named_scripts() -> list[str]:
                   and entry.name != f"{PRELUDE}.lua")
 
 
+def test_the_record_scripts_take_named_arguments() -> None:
+    assert {"claim_turn", "dispatch_request", "marker_redrive", "settle_failure",
+            "settle_reply"} <= set(_named_scripts())
+
+
 @pytest.mark.parametrize("name", _named_scripts())
 def test_a_script_reads_exactly_the_names_its_header_declares(name: str) -> None:
     source = lua_source(name)
