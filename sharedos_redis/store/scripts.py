@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from itertools import chain, takewhile
+from itertools import takewhile
 from typing import Any
 
 from redis.asyncio import Redis
@@ -75,7 +75,11 @@ def named_args(script: str, /, *rest: Any, **args: Any) -> list[Any]:
     if args.keys() != declared:
         raise TypeError(f"{script}: missing arguments {sorted(declared - args.keys())}, "
                         f"unknown {sorted(args.keys() - declared)}")
-    return [len(args), *chain.from_iterable(args.items()), *rest]
+    argv: list[Any] = [len(args)]
+    for pair in args.items():
+        argv += pair
+    argv += rest
+    return argv
 
 
 class Scripts:
