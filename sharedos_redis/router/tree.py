@@ -2,10 +2,11 @@
 
 Owns ``TraceNode``, ``DelegationTree`` and ``read_tree``. The records come from
 :mod:`sharedos_redis.store.tree` (the trace index and one pipeline of HMGETs, two round
-trips for any size); parents are the records' ``parent`` fields, children are ordered
-by accept time (ties within a millisecond by their turn's call order). A request whose
-record is gone (retention passed) is left out; a request whose parent is left out is
-shown as a root. Imports no arq (its one transport import, ``child_id``, is pure).
+trips for any size); parents are the records' ``parent`` fields; nodes and children
+are in accept order (ties within a millisecond: parents first, then by their turn's call
+order). A request whose record is gone (retention passed) is left out; a request whose
+parent is left out is shown as a root. Imports no arq (its one transport import,
+``child_id``, is pure).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..store.tree import RequestRecord, read_trace
 from ..transport.turn_scope import child_id
 
 __all__ = ["DelegationTree", "TraceNode", "read_tree"]
+
 
 
 class TraceNode(RequestRecord):
@@ -60,11 +62,44 @@ class DelegationTree(BaseModel):
             stack.extend((depth + 1, by_id[c]) for c in reversed(node.children))
 
 
-def _in_call_order(parent: str, found: list[RequestRecord]) -> list[RequestRecord]:
-    """Siblings by accept time; those accepted in the same millisecond by the order their
-    turn made them (a nested id is ``child_id(parent, k)`` for the k-th call)."""
-    call = {child_id(parent, k): k for k in range(1, 2 * len(found) + 16)}
-    return sorted(found, key=lambda c: (c.created_ms, call.get(c.id, len(call) + 1)))
+def _call_indexes(records: list[RequestRecord]) -> dict[str, int]:
+    """k for each record that is its parent turn's k-th call (``child_id(parent, k)``)."""
+    siblings: dict[str, int] = {}
+    for record in records:
+        if record.parent is not None:
+            siblings[record.parent] = siblings.get(record.parent, 0) + 1
+    calls = {child_id(parent, k): k for parent, count in siblings.items()
+             for k in range(1, 2 * count + 16)}
+    return {r.id: calls[r.id] for r in records if r.id in calls}
+
+
+def _accept_order(records: list[RequestRecord]) -> list[RequestRecord]:
+    """``records`` in accept order. Accept times have millisecond resolution; within one
+    millisecond a parent comes before its children (it was running when they were
+    accepted), then children by their parent's place, then by their turn's call order."""
+    by_id = {r.id: r for r in records}
+    depth: dict[str, int] = {}
+    for record in records:
+        chain, node = [], record
+        while node.id not in depth and node.parent in by_id and len(chain) <= len(by_id):
+            chain.append(node)
+            node = by_id[node.parent]  # type: ignore[index]  # parent checked in by_id
+        base = depth.setdefault(node.id, 0)
+        for offset, linked in enumerate(reversed(chain), start=1):
+            depth.setdefault(linked.id, base + offset)
+    groups: dict[tuple[int, int], list[RequestRecord]] = {}
+    for record in records:
+        groups.setdefault((record.created_ms, depth[record.id]), []).append(record)
+    call = _call_indexes(records)
+    place: dict[str, int] = {}
+    ordered: list[RequestRecord] = []
+    for key in sorted(groups):
+        group = sorted(groups[key], key=lambda r: (place.get(r.parent or "", -1),
+                                                   call.get(r.id, 0), r.id))
+        for record in group:
+            place[record.id] = len(ordered)
+            ordered.append(record)
+    return ordered
 
 
 async def read_tree(redis: Redis, namespace: str, trace_id: str) -> DelegationTree:
@@ -74,13 +109,11 @@ async def read_tree(redis: Redis, namespace: str, trace_id: str) -> DelegationTr
         StoreUnavailable: Redis failed.
     """
     now_ms = await Scripts(redis).now_ms(Keys(namespace).open)
-    records = await read_trace(redis, namespace, trace_id)
-    by_parent: dict[str, list[RequestRecord]] = {}
+    records = _accept_order(list(await read_trace(redis, namespace, trace_id)))
+    children: dict[str, list[str]] = {}
     for record in records:
         if record.parent is not None:
-            by_parent.setdefault(record.parent, []).append(record)
-    children = {parent: [c.id for c in _in_call_order(parent, found)]
-                for parent, found in by_parent.items()}
+            children.setdefault(record.parent, []).append(record.id)
     nodes = tuple(TraceNode(**record.model_dump(), duration_ms=record.lasted_ms(now_ms),
                             children=tuple(children.get(record.id, ())))
                   for record in records)

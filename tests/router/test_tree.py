@@ -10,10 +10,11 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from sharedos_redis.router.router import RedisRequestRouter
+from sharedos_redis.router.tree import _accept_order
 from sharedos_redis.store.audit import RedisAuditSink
 from sharedos_redis.store.keys import Keys
 from sharedos_redis.store.markers import MarkerStore
-from sharedos_redis.store.tree import CASCADE_CODE
+from sharedos_redis.store.tree import CASCADE_CODE, RequestRecord
 from sharedos_redis.transport.turn_scope import child_id
 
 from ..support import drop_namespace
@@ -54,6 +55,25 @@ async def test_the_tree_links_parents_to_children_in_call_order(redis: Redis, ns
     assert third.duration_ms == tree.now_ms - third.created_ms  # open: so far
     assert [(d, n.id) for d, n in tree.walk()] == [
         (0, "root"), (1, first.id), (2, first.children[0]), (1, second.id), (1, third.id)]
+
+
+def _record(message_id: str, parent: str | None, created_ms: int) -> RequestRecord:
+    return RequestRecord(id=message_id, parent=parent, sender="agent:bob", recipient="agent:a",
+                         purpose="step", trace_id="t", state="accepted", attempt=0,
+                         created_ms=created_ms, updated_ms=created_ms,
+                         deadline_ms=created_ms + 60_000, code=None)
+
+
+async def test_requests_accepted_in_one_millisecond_keep_their_accept_order() -> None:
+    """The trace index orders ties by id; the tree puts parents first, then children by
+    their parent's place and their turn's call order (a fast host accepts many per ms)."""
+    a1, a2 = child_id("root", 1), child_id("root", 2)
+    b1, b2, c1 = child_id(a1, 1), child_id(a1, 2), child_id(a2, 1)
+    accepted = [_record("root", None, 5), _record(a1, "root", 5), _record(a2, "root", 5),
+                _record(b1, a1, 5), _record(b2, a1, 5), _record(c1, a2, 5),
+                _record("later", None, 6)]
+    for scrambled in (sorted(accepted, key=lambda r: r.id), list(reversed(accepted))):
+        assert [r.id for r in _accept_order(scrambled)] == [r.id for r in accepted]
 
 
 async def test_an_unknown_trace_is_an_empty_tree(redis: Redis, ns: str) -> None:
