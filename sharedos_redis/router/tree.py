@@ -80,10 +80,11 @@ def _accept_order(records: list[RequestRecord]) -> list[RequestRecord]:
     by_id = {r.id: r for r in records}
     depth: dict[str, int] = {}
     for record in records:
-        chain, node = [], record
+        chain: list[RequestRecord] = []
+        node = record
         while node.id not in depth and node.parent in by_id and len(chain) <= len(by_id):
             chain.append(node)
-            node = by_id[node.parent]  # type: ignore[index]  # parent checked in by_id
+            node = by_id[node.parent]
         base = depth.setdefault(node.id, 0)
         for offset, linked in enumerate(reversed(chain), start=1):
             depth.setdefault(linked.id, base + offset)
