@@ -43,6 +43,7 @@ from ..store.keys import Keys
 from .host import MessagingHost
 from .services import WorkerServices
 from .slots import TurnSlots
+from .stopping import stop_tasks
 from .turns import TurnRunner
 
 __all__ = ["APP_KEY", "WorkerApp", "run_turn", "worker_settings"]
@@ -174,8 +175,9 @@ class WorkerApp:
             done, _ = await asyncio.wait([self._task], timeout=self.services.relay_block_s + 5)
             if not done:  # a turn still running in the services' task group: stop it
                 log.warning("worker services did not stop in time; cancelling what is left")
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
+                if await stop_tasks({"worker services": self._task}, 5):
+                    log.warning("worker services still running after cancelling; "
+                                "leaving them")
 
     def settings(self) -> dict[str, Any]:
         """arq ``WorkerSettings`` as a dict (arq's ``run_worker`` and CLI accept it)."""

@@ -15,7 +15,9 @@ three changes:
   every non-repeatable call came back denied or never entered its port is released
   for another worker to re-run now; any other ends ``recipient_turn_interrupted`` —
   and exits 0 with one log line. A second signal stops at once (exit 1; the leases
-  of unfinished turns expire and they re-run as after a crash).
+  of unfinished turns expire and they re-run as after a crash). After the drain the
+  process exits within a bound (:data:`CLOSE_S` for arq's loop and jobs, then the
+  services' own bound): what does not stop by then is named in a WARNING and left.
 - **Health**: the health-check line also counts turns (direct and queued) by outcome.
 """
 
@@ -36,13 +38,16 @@ from ..errors import ConfigurationError
 from ..store.boundary import STORE_ERRORS, Backoff
 from .arq_app import APP_KEY, WorkerApp
 from .host import MessagingHost
+from .stopping import stop_tasks
 
-__all__ = ["WORKER_MODES", "ResilientWorker", "install_signals", "serve"]
+__all__ = ["CLOSE_S", "WORKER_MODES", "ResilientWorker", "install_signals", "serve"]
 
 WORKER_MODES = ("auto", "arq", "streams")
 """``auto``: the stream worker on a Redis Cluster, arq on a single server or Sentinel."""
 
 log = logging.getLogger("sharedos_redis.worker")
+CLOSE_S = 5.0
+"""After the drain: how long arq's poll loop and job tasks may take to stop."""
 
 
 class ResilientWorker(Worker):
@@ -52,6 +57,13 @@ class ResilientWorker(Worker):
         super().__init__(*args, **kwargs)
         self.app = app
         self._backoff = Backoff("worker poll", log)
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End :meth:`main` before its next poll. A cancellation alone may not: one that
+        lands as redis-py finishes a socket write is lost on Python 3.11 (see
+        :mod:`~sharedos_redis.worker.stopping`) and the loop would poll on forever."""
+        self._stopping = True
 
     async def main(self) -> None:
         """arq's ``main`` without its start-up INFO call (an ACL user limited to its
@@ -65,6 +77,8 @@ class ResilientWorker(Worker):
                  self.app.name, self.app.host.namespace, self.queue_name,
                  self.app.host.settings.max_jobs, self.max_jobs)
         async for _ in poll(self.poll_delay_s):
+            if self._stopping:
+                return
             await self._poll_iteration()
             if self.burst and await self._burst_done():
                 return
@@ -224,11 +238,15 @@ async def _drain(worker: ResilientWorker, app: WorkerApp, main: asyncio.Task[Any
 
 
 async def _close(worker: ResilientWorker, app: WorkerApp, main: asyncio.Task[Any]) -> None:
-    """Stop arq's loop and any job task left, then the services, the host and the pool."""
-    main.cancel()
-    for task in list(worker.tasks.values()):
-        task.cancel()
-    await asyncio.gather(main, *worker.tasks.values(), return_exceptions=True)
+    """Stop arq's loop and any job task left (within :data:`CLOSE_S`), then the
+    services, the host and the pool."""
+    worker.stop()
+    tasks = {"arq poll loop": main,
+             **{f"arq job {job_id}": task for job_id, task in worker.tasks.items()}}
+    left = await stop_tasks(tasks, CLOSE_S)
+    if left:
+        log.warning("shutdown: %s still running %.0f s after the drain; exiting without "
+                    "waiting for them", ", ".join(left), CLOSE_S)
     with contextlib.suppress(*STORE_ERRORS):
         await asyncio.wait_for(app.pool.delete(worker.health_check_key), 2)
     try:
