@@ -176,7 +176,7 @@ def worker(obj: _Ctx, app: str, burst: bool, metrics_port: int | None,
         _check_url(obj, host)
         if metrics_port is not None:
             _redis_gauges(host)
-        code = run_loop(serve(host, burst=burst, mode=mode))
+        code = run_loop(serve(host, burst=burst, mode=mode), shutdown_s=5)
     except SharedOSError as exc:
         if obj.verbose:
             raise
