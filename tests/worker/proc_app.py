@@ -11,7 +11,8 @@ once (``notes.pay``, deduplicated on its idempotency key) and then, in attempt 1
 signals and blocks the event loop itself (a synchronous BLPOP on ``release_key``, like
 a runtime calling blocking code) before it answers; ``"stall-ask"`` does the same but
 then asks bob (a nested request) before it answers. TEST_DRAIN_GRACE
-sets ``drain_grace_s``, TEST_ROUTE_LEASE_S ``route_lease_s``; TEST_AGENTS (comma-separated)
+sets ``drain_grace_s``, TEST_ROUTE_LEASE_S ``route_lease_s``, TEST_POLL_DELAY arq's
+``poll_delay_s``; TEST_AGENTS (comma-separated)
 limits the agents the host runs (a worker serving only some of them). Signals go through
 Redis lists so tests synchronise on BLPOP, never on sleeps.
 """
@@ -134,5 +135,6 @@ def host() -> MessagingHost:
                  direct_dispatch=os.environ.get("TEST_DIRECT_DISPATCH", "1") == "1",
                  drain_grace_s=float(os.environ.get("TEST_DRAIN_GRACE", "10")),
                  route_lease_s=float(os.environ.get("TEST_ROUTE_LEASE_S", "30")),
+                 poll_delay_s=float(os.environ.get("TEST_POLL_DELAY", "0.005")),
                  only=tuple(os.environ["TEST_AGENTS"].split(","))
                  if os.environ.get("TEST_AGENTS") else None)
