@@ -12,13 +12,16 @@ signals and blocks the event loop itself (a synchronous BLPOP on ``release_key``
 a runtime calling blocking code) before it answers; ``"stall-ask"`` does the same but
 then asks bob (a nested request) before it answers. TEST_DRAIN_GRACE
 sets ``drain_grace_s``, TEST_ROUTE_LEASE_S ``route_lease_s``, TEST_POLL_DELAY arq's
-``poll_delay_s``; TEST_AGENTS (comma-separated)
+``poll_delay_s``; TEST_LOSE_CANCEL=1 loses the cancellation of arq's poll loop while
+it sends a poll (see ``_lose_poll_cancellations``); TEST_AGENTS (comma-separated)
 limits the agents the host runs (a worker serving only some of them). Signals go through
 Redis lists so tests synchronise on BLPOP, never on sleeps.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from typing import Any
 
@@ -30,6 +33,7 @@ from sharedos_redis.kernel.contracts import AccessContext, JsonValue, ToolCall
 from sharedos_redis.kernel.scripted import ScriptedRuntime
 from sharedos_redis.kernel.turn import RuntimeHost, TurnRequest
 from sharedos_redis.store.client import RedisSettings, create_redis
+from sharedos_redis.store.connection import _QuickPath
 from sharedos_redis.worker import current_call
 from sharedos_redis.worker.host import AgentSpec, MessagingHost
 from sharedos_redis.worker.settings import HostSettings
@@ -127,7 +131,26 @@ def build(redis: Redis, ns: str, *, url: str | None = None,
     return host
 
 
+def _lose_poll_cancellations() -> None:
+    """A task cancelled while it sends arq's poll (ZRANGEBYSCORE) runs on as if never
+    cancelled: what Python 3.11's ``asyncio.wait_for`` around redis-py's write does
+    when the cancellation lands just as the write ends, but every time, in a 50 ms
+    window instead of a loop iteration or two."""
+    send = _QuickPath.send_packed_command
+
+    async def send_packed_command(self: Any, command: Any, check_health: bool = True) -> None:
+        await send(self, command, check_health)
+        packed = command if isinstance(command, bytes | str) else b"".join(command)
+        if "ZRANGEBYSCORE" in str(packed[:40]):
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.05)
+
+    _QuickPath.send_packed_command = send_packed_command  # type: ignore[method-assign]
+
+
 def host() -> MessagingHost:
+    if os.environ.get("TEST_LOSE_CANCEL") == "1":
+        _lose_poll_cancellations()
     connection = RedisSettings.from_env()  # SHAREDOS_REDIS_URL, TLS files, ...
     return build(create_redis(connection), os.environ["SHAREDOS_NAMESPACE"],
                  connection=connection,
