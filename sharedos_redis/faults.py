@@ -12,7 +12,9 @@ blocks, exactly like a SIGKILL at that instant. The named steps, in path order:
 - ``turn.after_claim``      worker: lease claimed (``running``), runtime not started
 - ``turn.before_settle``    worker: turn finished, outcome not yet settled
 - ``turn.after_settle``     worker: outcome settled, job not finished
-- ``listener.before_wake``  requester: settled entry read, waiter not yet woken
+- ``listener.before_wake``  requester: a settlement seen (its entry read, a re-check or the
+                            waiter's first read found the marker settled), waiter not yet
+                            given it
 - ``reconciler.between``    worker: in the reconciler, between its steps
 """
 

@@ -269,6 +269,7 @@ class SettledListener:
                 slot, st = self._slots.get(key), _text(state)
                 if slot is not None and (st in TERMINAL_STATES or not st):
                     # a marker gone while watched expired: its waiter re-reads and ends typed
+                    fault_point("listener.before_wake")
                     slot.settle(Settled(st, _text(reply if st == "replied" else code)))
 
     def expect(self, namespace: str, message_id: str) -> bool:

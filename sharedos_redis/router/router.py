@@ -32,6 +32,7 @@ from ..errors import (
     StoreUnavailable,
     UnknownMessage,
 )
+from ..faults import fault_point
 from ..kernel.contracts import AccessContext, AuditEvent, MessageDeliveryResult, MessageEnvelope
 from ..store.keys import TERMINAL_STATES
 from ..store.markers import FailureState, MarkerStore, Settlement
@@ -205,7 +206,8 @@ class RedisRequestRouter:
             if view is None:
                 raise UnknownMessage(ns, mid)
             current, deadline_ms = view
-            if current.state in TERMINAL_STATES:
+            if current.state in TERMINAL_STATES:  # settled before its waiter came
+                fault_point("listener.before_wake")
                 return _outcome(mid, current)
         end_s = deadline_ms / 1000 + self.settings.grace_ms / 1000
         while (wait_s := end_s - time.time()) > 0:

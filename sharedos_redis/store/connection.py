@@ -12,8 +12,10 @@ three guards, each of which has a cheap exact answer in the common case:
 - **bounded write**: every write runs in ``asyncio.wait_for`` (a Task per command on
   Python 3.11) only so that a blocked ``drain()`` cannot hang. A write whose bytes
   leave the transport's buffer at or below its low-water mark cannot block, so it needs
-  no drain; a larger one drains under the same ``socket_timeout``. A due health check,
-  a closing transport or an unknown state takes redis-py's own path.
+  no drain; a larger one, or one on a closing transport, drains under the same
+  ``socket_timeout`` in an ``asyncio.timeout`` scope. Never ``wait_for``: on Python
+  3.11 it swallows a cancellation that lands as the write ends (CPython gh-86296),
+  which once kept a draining worker from exiting (``worker/stopping.py``).
 - **packing**: redis-py's asyncio connection packs commands in Python (its sync
   connection already uses hiredis' C packer); with hiredis installed (arq pulls it in) a
   command is packed by ``hiredis.pack_command``, byte for byte the same (an argument it
@@ -80,22 +82,20 @@ class _QuickPath:
     async def send_packed_command(self, command: bytes | str | Iterable[bytes],
                                   check_health: bool = True) -> None:
         conn: Any = self
-        writer = getattr(conn, "_writer", None)
-        transport = getattr(writer, "transport", None)
-        if (writer is None or transport is None or transport.is_closing()
-                or transport.get_write_buffer_size()
-                or (check_health and conn.health_check_interval
-                    and asyncio.get_running_loop().time() > conn.next_health_check)):
-            await super().send_packed_command(  # type: ignore[misc]
-                command, check_health=check_health)
-            return
+        if not conn.is_connected:
+            await conn.connect()
+        elif check_health:
+            await conn.check_health()
         if isinstance(command, str):
             command = command.encode()
-        writer.writelines([command] if isinstance(command, bytes) else command)
-        if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
-            return  # not paused: drain() would return at once
+        writer = conn._writer
+        transport = writer.transport
         try:
-            await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+            writer.writelines([command] if isinstance(command, bytes) else command)
+            if (transport.is_closing() or transport.get_write_buffer_size()
+                    > transport.get_write_buffer_limits()[0]):
+                async with asyncio.timeout(conn.socket_timeout):  # never wait_for: see above
+                    await writer.drain()
         except TimeoutError:
             await conn.disconnect(nowait=True)
             raise RedisTimeoutError("Timeout writing to socket") from None

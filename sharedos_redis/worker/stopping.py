@@ -3,12 +3,12 @@
 On Python 3.11, ``asyncio.wait_for`` returns the awaited result instead of raising
 ``CancelledError`` when its task is cancelled in the instant after the awaited
 operation finished (CPython gh-86296, bpo-42130; 3.12 bases ``wait_for`` on
-``asyncio.timeout``). redis-py wraps socket writes in ``wait_for`` (the store's quick
-write path skips it for most commands, not for a due health check or a write under
-back-pressure), so a task cancelled just as it sent a command can run on as if never
-cancelled: arq's poll loop, cancelled once at shut-down, kept polling and the drained
-process never exited. :func:`stop_tasks` cancels again while a task runs on, and
-gives up at a deadline.
+``asyncio.timeout``). redis-py wraps socket writes in ``wait_for``, so a task
+cancelled just as it sent a command could run on as if never cancelled: arq's poll
+loop, cancelled once at shut-down, kept polling and the drained process never exited.
+The store's pools now write without ``wait_for`` (``store/connection.py``), but a
+Redis Cluster client and other libraries still use it: :func:`stop_tasks` cancels
+again while a task runs on, and gives up at a deadline.
 """
 
 from __future__ import annotations
