@@ -32,7 +32,7 @@ async def test_client_uses_a_bounded_blocking_pool() -> None:
 def test_settings_reject_nonsense() -> None:
     with pytest.raises(ValueError):
         RedisSettings(max_connections=0)
-    assert RedisSettings().max_connections == 8
+    assert RedisSettings().max_connections == 16
 
 
 @pytest.mark.real_redis
@@ -72,7 +72,7 @@ def test_sentinel_url_names_the_primary_and_its_database() -> None:
         sentinel_password="spw")
     pool = create_pool(settings)
     assert isinstance(pool, SentinelConnectionPool) and isinstance(pool, BlockingConnectionPool)
-    assert pool.service_name == "mymaster" and pool.max_connections == 8
+    assert pool.service_name == "mymaster" and pool.max_connections == 16
     assert pool.connection_kwargs["db"] == 3 and pool.connection_kwargs["password"] == "pw"
     sentinels = pool.sentinel_manager.sentinels
     assert [(s.connection_pool.connection_kwargs["port"],
