@@ -47,8 +47,8 @@ class RouterSettings(BaseModel):
     """How the router waits.
 
     Attributes:
-        listener_block_ms: the listener's ``XREAD BLOCK``; bounds shutdown time and
-            the extra latency of the first request of a namespace new to this process.
+        listener_block_ms: the listener's ``XREAD BLOCK``; bounds the extra latency of
+            the first request of a namespace new to this process.
         max_concurrent_checks: Redis calls of waiters in flight at once (connections).
         grace_ms: how long past the deadline a waiter still waits for a settlement.
         operation_timeout_ms: bound of each waiter-side Redis call.
@@ -93,7 +93,8 @@ class RedisRequestRouter:
 
     Use as ``async with RedisRequestRouter(redis) as router:`` (enter and exit in
     the same task): entering starts the listener task in the router's own task
-    group; leaving stops it (within ``listener_block_ms``).
+    group; leaving stops it at once (a blocked read is cancelled: its connection is
+    dropped).
     """
 
     def __init__(self, redis: Redis, *, settings: RouterSettings | None = None,
@@ -134,10 +135,12 @@ class RedisRequestRouter:
 
     async def aclose(self) -> None:
         """Stop the listener and wait for it (idempotent)."""
-        tg, listener, self._tg = self._tg, self._listener, None
+        tg, listener = self._tg, self._listener
+        self._tg = self._listener = None
         if tg is None or listener is None:
             return
         listener.stop()
+        tg.cancel_scope.cancel()  # don't sit out a blocked XREAD (up to listener_block_ms)
         await tg.__aexit__(None, None, None)
 
     async def resolve_reply(self, context: AccessContext, request: MessageEnvelope,

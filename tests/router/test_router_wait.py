@@ -297,3 +297,20 @@ async def test_a_waiter_whose_redis_call_fails_ends_its_request(
             await router.resolve_reply(context, request, receipt(request))
     assert await state_of(redis, ns, request.id) == "cancelled"  # not left open
     await keyspace()
+
+
+async def test_leaving_the_router_does_not_sit_out_a_blocked_read(redis: Redis,
+                                                                   ns: str) -> None:
+    """Closing a host is prompt: the listener's XREAD BLOCK is cancelled, not waited for."""
+    context = make_context(ns)
+    request = make_request(context)
+    await put_marker(redis, context, request, deadline_ms=now_ms() + 30_000)
+    slow = RouterSettings(listener_block_ms=20_000, grace_ms=50, max_concurrent_checks=8)
+    markers = ObservedMarkers(redis)
+    with anyio.fail_after(5):
+        async with (RedisRequestRouter(redis, settings=slow, markers=markers) as router,
+                    anyio.create_task_group() as tg):
+            tg.start_soon(router.resolve_reply, context, request, receipt(request))
+            await markers.wait_checks(1)  # its namespace is read from now on
+            tg.cancel_scope.cancel()
+    assert not router.running
