@@ -169,16 +169,23 @@ class LocalCluster:
     def node(self, port: int) -> ClusterNodeProcess:
         return next(n for n in self.nodes if n.port == port)
 
-    def replica_of(self, port: int) -> ClusterNodeProcess:
-        """A replica of the primary on ``port``."""
-        client = self.node(port).client()
-        try:
-            raw = client.execute_command("CLUSTER", "REPLICAS",
-                                         client.execute_command("CLUSTER", "MYID"))
-        finally:
-            client.close()
-        first = (raw[0].decode() if isinstance(raw[0], bytes) else raw[0]).split()
-        return self.node(int(first[1].split("@")[0].rsplit(":", 1)[1]))
+    def replica_of(self, port: int, timeout_s: float = 20) -> ClusterNodeProcess:
+        """A replica of the primary on ``port`` (waiting, after a failover, until the
+        primary lists one: the demoted node re-attaches through gossip)."""
+        found: list[str] = []
+
+        def listed() -> bool:
+            client = self.node(port).client()
+            try:
+                raw = client.execute_command("CLUSTER", "REPLICAS",
+                                             client.execute_command("CLUSTER", "MYID"))
+            finally:
+                client.close()
+            found[:] = [r.decode() if isinstance(r, bytes) else r for r in raw]
+            return bool(found)
+
+        self._wait(listed, timeout_s)
+        return self.node(int(found[0].split()[1].split("@")[0].rsplit(":", 1)[1]))
 
     def wait_ready(self, timeout_s: float = 20) -> None:
         """Wait until every live node reports ``cluster_state:ok`` again."""
