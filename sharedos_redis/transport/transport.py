@@ -73,7 +73,7 @@ from ..store.limits import (
     ROUTE_CHECK,
 )
 from ..store.markers import payload_bytes
-from ..store.scripts import Scripts
+from ..store.scripts import Scripts, named_args
 from .deadlines import turn_deadline_ms
 from .turn_scope import current_turn
 
@@ -314,9 +314,9 @@ class RedisStreamTransport:
                 [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
                  keys.outbox, keys.audit, keys.usage, keys.trace(envelope.trace_id),
                  parent_key, keys.agents],
-                [json.dumps(named, separators=(",", ":")), envelope.to_json(),
-                 context.to_json(), accepted_record, released_record,
-                 len(decided), *records],
+                named_args("accept_request", *records, **named, env=envelope.to_json(),
+                           ctx=context.to_json(), accepted=accepted_record,
+                           released=released_record, decided=str(len(decided))),
             )
         status, value = _text(result[0]), int(result[1])
         if outbox is not None:  # written by the script, atomically with it

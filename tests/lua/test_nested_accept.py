@@ -7,7 +7,6 @@ uses (the usage hash) and the records it wrote.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -15,7 +14,7 @@ from redis.asyncio import Redis
 
 from sharedos_redis.store.audit import entry_wires
 from sharedos_redis.store.keys import Keys
-from sharedos_redis.store.scripts import Scripts
+from sharedos_redis.store.scripts import Scripts, named_args
 
 from ..support import Keyspace, make_context, make_envelope
 
@@ -35,15 +34,16 @@ def _nested(ns: str, mid: str = CHILD, *, attempt: str = "1", fp: str = "fp-1",
              "trace": "trace-1", "now": str(now), "deadline": str(now + 1000),
              "retention": "60000", "hops": "5", "budget_ttl": "5000", "maxlen": "1000",
              "tp": "", "grant": grant_id, "parent": parent, "fp": fp, "attempt": attempt,
-             "route": ""}
+             "route": "", "h": ""}
     parent_key = keys.message(parent) if parent else keys.message(mid)
     return (
         [keys.message(mid), keys.budget("trace-1"), keys.open, keys.outbox, keys.audit,
          keys.usage, keys.trace("trace-1"), parent_key, keys.agents],
-        # ARGV[4] the accepted record, ARGV[5] the released record, no decision records,
-        # one record written only if accepted (the kernel's message.sent)
-        [json.dumps(named), env.to_json(), ctx.to_json(), '{"accepted":1}',
-         '{"released":1}' if grant_id else "", 0, '{"sent":1}'],
+        # the accepted and released records, no decision records, one record written only
+        # if accepted (the kernel's message.sent)
+        named_args("accept_request", '{"sent":1}', **named, env=env.to_json(),
+                   ctx=ctx.to_json(), accepted='{"accepted":1}',
+                   released='{"released":1}' if grant_id else "", decided="0"),
     )
 
 

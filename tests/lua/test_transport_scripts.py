@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -20,22 +19,24 @@ pytestmark = pytest.mark.anyio
 
 
 def _accept_args(
-    ns: str, mid: str = "m-1", *, default_hops: int = 2, grant_id: str = ""
+    ns: str, mid: str = "m-1", *, default_hops: int = 2, grant_id: str = "", **named: str
 ) -> tuple[list[str], list[object]]:
+    """accept_request's keys and ARGV (``named`` overrides any named argument)."""
     keys = Keys(ns)
     ctx = make_context(ns)
     env = make_envelope(ctx, id=mid)
     now = int(time.time() * 1000)
-    named = {"id": mid, "from": "agent:bob", "to": "agent:alice", "purpose": "p",
-             "trace": "trace-1", "now": str(now), "deadline": str(now + 1000),
-             "retention": "60000", "hops": str(default_hops), "budget_ttl": "5000",
-             "maxlen": "1000", "tp": "", "grant": grant_id, "parent": "", "fp": "fp-1",
-             "attempt": "", "route": ""}
+    args = {"id": mid, "from": "agent:bob", "to": "agent:alice", "purpose": "p",
+            "trace": "trace-1", "now": str(now), "deadline": str(now + 1000),
+            "retention": "60000", "hops": str(default_hops), "budget_ttl": "5000",
+            "maxlen": "1000", "tp": "", "grant": grant_id, "parent": "", "fp": "fp-1",
+            "attempt": "", "route": "", "h": "", "env": env.to_json(), "ctx": ctx.to_json(),
+            "accepted": '{"audit":1}', "released": '{"released":1}' if grant_id else "",
+            "decided": "0"}
     return (
         [keys.message(mid), keys.budget("trace-1"), keys.open, keys.outbox, keys.audit,
          keys.usage, keys.trace("trace-1"), keys.message(mid), keys.agents],
-        [json.dumps(named), env.to_json(), ctx.to_json(), '{"audit":1}',
-         '{"released":1}' if grant_id else "", 0],
+        named_args("accept_request", **(args | named)),
     )
 
 

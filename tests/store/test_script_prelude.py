@@ -56,8 +56,8 @@ def _named_scripts() -> list[str]:
 
 
 def test_the_record_scripts_take_named_arguments() -> None:
-    assert {"claim_turn", "dispatch_request", "marker_redrive", "settle_failure",
-            "settle_reply"} <= set(_named_scripts())
+    assert {"accept_request", "claim_turn", "dispatch_request", "marker_redrive",
+            "settle_failure", "settle_reply"} <= set(_named_scripts())
 
 
 @pytest.mark.parametrize("name", _named_scripts())

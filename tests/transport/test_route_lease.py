@@ -8,8 +8,6 @@ grant never meets a route code. Runs on fakeredis and on real Redis (REDIS_URL).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from redis.asyncio import Redis
 
@@ -38,10 +36,7 @@ pytestmark = pytest.mark.anyio
 
 def _routed(ns: str, mid: str, to: str, *, grant_id: str = "") -> tuple[list[str], list[object]]:
     """accept_request's arguments with the route check on, to ``to`` (a marker tag)."""
-    keys, args = _accept_args(ns, mid, grant_id=grant_id)
-    named = json.loads(str(args[0]))
-    named.update(route="1", to=to)
-    return keys, [json.dumps(named), *args[1:]]
+    return _accept_args(ns, mid, grant_id=grant_id, route="1", to=to)
 
 
 async def test_the_script_refuses_unrouted_recipients_and_gives_the_use_back(

@@ -104,13 +104,19 @@ local function announce(settled, maxlen, id, state, result)
   end
 end
 
+-- audit_add_args(from, to): queue ARGV[from..to] (to nil: to the last) as audit records,
+-- the records a caller passes after the named arguments (JSON compacted against the header)
+local function audit_add_args(from, to)
+  for i = from, to or #ARGV do audit_add(ARGV[i]) end
+end
+
 -- carry(audit, maxlen, first): queue ARGV[first + 1..] as audit records compacted against
 -- the header ARGV[first] (store/audit.py compact_records): records the caller had queued,
 -- written in order ahead of this script's own, in its entry (an audit outbox); ``first``
 -- is the index named() returns when they follow the named arguments
 local function carry(audit, maxlen, first)
   audit_open(audit, maxlen, ARGV[first])
-  for i = first + 1, #ARGV do audit_add(ARGV[i]) end
+  audit_add_args(first + 1)
 end
 
 -- dead_letter(dead, maxlen, id, reason, at): one dead-letter entry {id, reason, at}.

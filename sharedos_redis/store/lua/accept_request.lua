@@ -3,7 +3,7 @@
 -- spend one hop of the trace budget; write the marker hash (with its parent and replay
 -- fingerprint); index it by deadline and in its trace; append the outbox entry and the
 -- audit records of the accept. A refusal writes nothing for the message but its
--- message.refused record (ARGV[4] retyped, reason = the code); when the request carries a
+-- message.refused record (a.accepted retyped, reason = the code); when the request carries a
 -- reserved grant use (a.grant non-empty) the refusal gives that use back and records it
 -- (grant.usage.released, reason = the refusal's code), atomically.
 -- KEYS[1] marker hash   sos:{ns}:msg:<id>
@@ -16,21 +16,23 @@
 -- KEYS[8] parent marker sos:{ns}:msg:<parent>     (KEYS[1] again for a root request)
 -- KEYS[9] agents        sos:{ns}:agents           (hash encoded agent id -> route lease
 --                                                   expiry ms, store/directory.py)
--- ARGV[1] named arguments, one JSON object (strings):
---   id, from, to (address tags), purpose, trace, now (ms), deadline (ms), retention (ms),
---   hops (default budget), budget_ttl (ms), maxlen (audit MAXLEN ~), tp (W3C traceparent
---   or "": host-owned, never in the envelope), grant (reserved grant id or ""),
---   parent (parent request id or ""), fp (replay fingerprint), attempt (the parent
---   turn's attempt, the fencing token, or ""), route ("1": check the agent directory),
---   h (the header every audit record below is compacted against: store/audit.py; the
---   script writes its records as one audit entry)
--- ARGV[2] envelope wire JSON    ARGV[3] requester context wire JSON
--- ARGV[4] the message.accepted audit record JSON
--- ARGV[5] the grant.usage.released record JSON ("" without a reserved use); the script
---         sets its reason
--- ARGV[6] n, then ARGV[7..6+n] audit records written first, whatever the outcome (the
---         decision's before-effect records, kernel.outbox); ARGV[7+n..] audit records
---         written only if accepted or attached
+-- ARGV named (named() in _prelude.lua, store/scripts.py named_args), all strings:
+--   a.id message id   a.from, a.to address tags   a.purpose   a.trace trace id
+--   a.now accept ms   a.deadline ms   a.retention ms   a.hops default budget
+--   a.budget_ttl ms   a.maxlen audit MAXLEN ~
+--   a.tp W3C traceparent or "" (host-owned, never in the envelope)
+--   a.grant reserved grant id or ""   a.parent parent request id or ""
+--   a.fp replay fingerprint   a.attempt the parent turn's attempt (fencing token) or ""
+--   a.route "1": check the agent directory
+--   a.h the header every audit record below is compacted against (store/audit.py; the
+--     script writes its records as one audit entry)
+--   a.env envelope wire JSON   a.ctx requester context wire JSON
+--   a.accepted the message.accepted audit record JSON
+--   a.released the grant.usage.released record JSON ("" without a reserved use); the
+--     script sets its reason
+--   a.decided n: the first n ARGV after the pairs are audit records written first,
+--     whatever the outcome (the decision's before-effect records, kernel.outbox); the
+--     ARGV after them are audit records written only if accepted or attached
 -- returns {"accepted", hops left} | {"attached", stored deadline ms, stored state} |
 --   {refusal code, -1 | 0}; refusal codes: duplicate_message, budget_exhausted,
 --   turn_lease_lost, replay_conflict; with a.route "1": route_not_agent (the recipient is
@@ -42,31 +44,31 @@
 --     fingerprint re-attaches: nothing new is accepted, no hop is spent, the reserved use
 --     is given back (reason replay_attached: the effect was admitted once, by the first
 --     accept, whose use stays spent; ADR 0029), the replay is audited as message.replayed
---     (ARGV[4] retyped: exactly one of accepted/replayed is ever written) together with
+--     (a.accepted retyped: exactly one of accepted/replayed is ever written) together with
 --     the records written only if accepted; a different parent or fingerprint is
 --     replay_conflict. A root request (a.parent "") with a taken id stays duplicate_message.
 -- Route lease (a.route "1", ADR 0025): checked after the fence and the replay (a re-run
 --   re-attaches whatever the route), before the hop is spent.
-local a = cjson.decode(ARGV[1])
-local decided = 6 + (tonumber(ARGV[6]) or 0)
+local a, first = named()
+local decided = first - 1 + (tonumber(a.decided) or 0)
 audit_open(KEYS[5], a.maxlen, a.h)
-for i = 7, decided do audit_add(ARGV[i]) end
+audit_add_args(first, decided)
 
 -- release(reason): give back the reserved use, with its record (reason = why)
 local function release(reason)
-  if a.grant ~= '' and ARGV[5] ~= ''
+  if a.grant ~= '' and a.released ~= ''
       and tonumber(redis.call('HGET', KEYS[6], a.grant) or '0') > 0 then
     redis.call('HINCRBY', KEYS[6], a.grant, -1)
-    local record = cjson.decode(ARGV[5])
+    local record = cjson.decode(a.released)
     record['reason'] = reason
     audit_add(cjson.encode(record))
   end
 end
 
--- retyped(type, outcome, reason, metadata): ARGV[4] (the message.accepted record) as
+-- retyped(type, outcome, reason, metadata): a.accepted (the message.accepted record) as
 -- another record of the same request (its event id is free: exactly one is ever written)
 local function retyped(etype, outcome, reason, metadata)
-  local record = cjson.decode(ARGV[4])
+  local record = cjson.decode(a.accepted)
   record['type'], record['outcome'] = etype, outcome
   record['reason'], record['metadata'] = reason, metadata
   audit_add(cjson.encode(record))
@@ -93,7 +95,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   release('replay_attached')
   retyped('message.replayed', 'succeeded', nil,
     {state = seen[4], attempt = tonumber(a.attempt)})
-  for i = decided + 1, #ARGV do audit_add(ARGV[i]) end
+  audit_add_args(decided + 1)
   return {'attached', tonumber(seen[3]) or 0, seen[4]}
 end
 
@@ -113,7 +115,7 @@ end
 hops = hops - 1
 redis.call('SET', KEYS[2], hops, 'PX', a.budget_ttl)
 redis.call('HSET', KEYS[1],
-  'env', ARGV[2], 'ctx', ARGV[3], 'state', 'accepted', 'from', a.from, 'to', a.to,
+  'env', a.env, 'ctx', a.ctx, 'state', 'accepted', 'from', a.from, 'to', a.to,
   'purpose', a.purpose, 'trace', a.trace, 'created', a.now, 'deadline', a.deadline,
   'attempts', '0', 'updated', a.now, 'fp', a.fp)
 if a.parent ~= '' then redis.call('HSET', KEYS[1], 'parent', a.parent) end
@@ -127,6 +129,6 @@ else
 end
 redis.call('PEXPIREAT', KEYS[1], tonumber(a.deadline) + tonumber(a.retention))
 redis.call('ZADD', KEYS[3], a.deadline, a.id)
-audit_add(ARGV[4])
-for i = decided + 1, #ARGV do audit_add(ARGV[i]) end
+audit_add(a.accepted)
+audit_add_args(decided + 1)
 return {'accepted', hops}
