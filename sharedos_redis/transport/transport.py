@@ -73,7 +73,7 @@ from ..store.limits import (
     ROUTE_CHECK,
 )
 from ..store.markers import payload_bytes
-from ..store.scripts import Scripts, named_args
+from ..store.scripts import Scripts
 from .deadlines import turn_deadline_ms
 from .turn_scope import current_turn
 
@@ -309,14 +309,13 @@ class RedisStreamTransport:
         parent_key = keys.message(scope.request_id) if scope is not None else keys.message(
             envelope.id)
         with hooks.accept_span(context, envelope):
-            result = await self._scripts.call(
+            result = await self._scripts.call_named(
                 "accept_request",
                 [keys.message(envelope.id), keys.budget(envelope.trace_id), keys.open,
                  keys.outbox, keys.audit, keys.usage, keys.trace(envelope.trace_id),
                  parent_key, keys.agents],
-                named_args("accept_request", *records, **named, env=envelope.to_json(),
-                           ctx=context.to_json(), accepted=accepted_record,
-                           released=released_record, decided=str(len(decided))),
+                *records, **named, env=envelope.to_json(), ctx=context.to_json(),
+                accepted=accepted_record, released=released_record, decided=str(len(decided)),
             )
         status, value = _text(result[0]), int(result[1])
         if outbox is not None:  # written by the script, atomically with it
